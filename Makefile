@@ -1,0 +1,50 @@
+# Runnel build, run and test entry points. `make help` lists them.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/runnel
+DATA ?= ../shared/data
+export PATH := $(HOME)/go/bin:$(PATH)
+
+.PHONY: help build run test test-short bench demo proto lint fuzz clean deps
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+deps: ## download the Go modules
+	$(GO) mod download
+
+build: ## build bin/runnel
+	$(GO) build -o $(BIN) ./cmd/runnel
+
+run: build ## run one node with embedded storage (data in ./data/dev, gRPC 127.0.0.1:7070, HTTP 127.0.0.1:7071)
+	./$(BIN) dev
+
+test: ## unit, bad-input and recovery tests with the race detector, plus a short fuzz of each decoder
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 12m ./...
+	$(MAKE) fuzz FUZZTIME=10s
+
+FUZZTIME ?= 60s
+fuzz: ## fuzz every decoder of untrusted bytes for FUZZTIME each
+	$(GO) test ./client/batch -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./client/batch -run '^$$' -fuzz '^FuzzDecodeRecords$$' -fuzztime $(FUZZTIME)
+
+bench: build ## produce and consume benchmarks against a fresh local node (see docs/performance.md)
+	./scripts/bench.sh
+
+demo: build ## stream the 3 million real flight records through a fresh node and check per-key order
+	./scripts/demo.sh $(DATA)/flights-3m.ndjson.zst
+
+proto: ## regenerate api/runnel/v1 from its .proto (needs protoc: apt-get install protobuf-compiler)
+	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install -y protobuf-compiler"; exit 1; }
+	GOBIN=$(HOME)/go/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(HOME)/go/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	protoc -I api --go_out=api --go_opt=paths=source_relative \
+		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/runnel/v1/runnel.proto
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+clean: ## remove build output and the dev node's data
+	rm -rf bin data/dev
