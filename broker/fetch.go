@@ -1,0 +1,118 @@
+package broker
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/api/rerr"
+	"github.com/runnel-io/runnel/broker/plog"
+)
+
+// Fetch implements runnelv1.RecordsServer as a long poll: it reads every listed partition from its
+// fetch offset and answers once min_bytes are available, max_wait_ms has passed, or a partition has
+// an error. Sizes: max_bytes 0 means DefaultFetchMaxBytes and is capped at MaxFetchBytes;
+// partition_max_bytes 0 means DefaultPartitionMaxBytes. Negative sizes are INVALID_FETCH_SIZE.
+func (b *Broker) Fetch(ctx context.Context, req *runnelv1.FetchRequest) (*runnelv1.FetchResponse, error) {
+	if req.MaxBytes < 0 || req.MinBytes < 0 || req.MaxWaitMs < 0 {
+		return nil, rerr.ToStatus(rerr.New(runnelv1.ErrorCode_INVALID_FETCH_SIZE, "negative max_bytes (%d), min_bytes (%d) or max_wait_ms (%d)", req.MaxBytes, req.MinBytes, req.MaxWaitMs))
+	}
+	if len(req.Partitions) == 0 {
+		return nil, rerr.ToStatus(rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "fetch without partitions"))
+	}
+	maxBytes := int(req.MaxBytes)
+	if maxBytes == 0 {
+		maxBytes = DefaultFetchMaxBytes
+	}
+	maxBytes = min(maxBytes, MaxFetchBytes)
+	wait := min(time.Duration(req.MaxWaitMs)*time.Millisecond, MaxFetchWait)
+	deadline := time.Now().Add(wait)
+	for _, fp := range req.Partitions {
+		if fp.PartitionMaxBytes < 0 {
+			return nil, rerr.ToStatus(rerr.New(runnelv1.ErrorCode_INVALID_FETCH_SIZE, "%s-%d: negative partition_max_bytes %d", fp.Topic, fp.Partition, fp.PartitionMaxBytes))
+		}
+	}
+	var timer *time.Timer
+	for {
+		resp, total, anyErr, changed := b.readOnce(req, maxBytes)
+		if total >= int(req.MinBytes) && (total > 0 || req.MinBytes > 0) || anyErr || !time.Now().Before(deadline) {
+			return resp, nil
+		}
+		// Nothing worth answering yet: wait for any partition to change, the deadline, or the caller.
+		if timer == nil {
+			timer = time.NewTimer(time.Until(deadline))
+			defer timer.Stop()
+		}
+		cases := make([]reflect.SelectCase, 0, len(changed)+2)
+		cases = append(cases,
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)})
+		for _, ch := range changed {
+			cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
+		}
+		chosen, _, _ := reflect.Select(cases)
+		switch chosen {
+		case 0:
+			return nil, rerr.ToStatus(ctx.Err())
+		case 1:
+			resp, _, _, _ = b.readOnce(req, maxBytes)
+			return resp, nil
+		}
+	}
+}
+
+// readOnce reads every partition of req once. It returns the answer, its record bytes, whether any
+// partition failed, and the change channels to wait on (taken before reading, so no append is missed).
+func (b *Broker) readOnce(req *runnelv1.FetchRequest, maxBytes int) (*runnelv1.FetchResponse, int, bool, []<-chan struct{}) {
+	resp := &runnelv1.FetchResponse{Partitions: make([]*runnelv1.FetchPartitionResult, len(req.Partitions))}
+	changed := make([]<-chan struct{}, 0, len(req.Partitions))
+	total, anyErr := 0, false
+	for i, fp := range req.Partitions {
+		r := &runnelv1.FetchPartitionResult{Topic: fp.Topic, Partition: fp.Partition, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1}
+		resp.Partitions[i] = r
+		_, p, err := b.partition(fp.Topic, fp.Partition)
+		if err != nil {
+			r.Error, anyErr = rerr.ToInfo(err), true
+			continue
+		}
+		changed = append(changed, p.Changed())
+		r.HighWatermark, r.LogStartOffset = p.HighWatermark(), p.LogStartOffset()
+		r.LastStableOffset = r.HighWatermark // no transactions yet: nothing is open
+		limit := int(fp.PartitionMaxBytes)
+		if limit == 0 {
+			limit = DefaultPartitionMaxBytes
+		}
+		limit = min(limit, maxBytes-total)
+		if limit <= 0 && total > 0 {
+			continue // the answer is full; the client fetches the rest next time
+		}
+		if limit <= 0 {
+			limit = 1 // still return one batch: KIP-74
+		}
+		recs, err := readPartition(p, fp.FetchOffset, limit, total == 0)
+		if err != nil {
+			r.Error, anyErr = rerr.ToInfo(storeErr(fp.Topic, fp.Partition, err)), true
+			continue
+		}
+		r.Records = recs
+		total += len(recs)
+	}
+	return resp, total, anyErr, changed
+}
+
+// readPartition reads from offset up to limit bytes. Only the first partition with data in an answer may
+// exceed limit with its one first batch (KIP-74), so one oversized batch cannot stall a consumer.
+func readPartition(p *plog.Partition, offset int64, limit int, first bool) ([]byte, error) {
+	if offset < 0 {
+		return nil, rerr.New(runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE, "negative fetch offset %d", offset)
+	}
+	recs, err := p.Read(nil, offset, limit)
+	if err != nil {
+		return nil, err
+	}
+	if !first && len(recs) > limit {
+		return nil, nil
+	}
+	return recs, nil
+}

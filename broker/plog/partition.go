@@ -1,0 +1,654 @@
+package plog
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/client/batch"
+)
+
+// Partition is the log of one partition: record batches at consecutive offsets from LogStartOffset to
+// LogEndOffset, readable up to HighWatermark. Get one from Store.Partition. All methods are safe for
+// concurrent use.
+type Partition struct {
+	s                         *Store
+	id                        PartitionID
+	lprefix, tprefix, sprefix []byte
+
+	// retMu serialises ApplyRetention runs of this partition, which compute their deletions from one
+	// snapshot.
+	retMu sync.Mutex
+
+	mu       sync.Mutex
+	gone     error // ErrPartitionDeleted or ErrClosed once retired
+	next     int64 // next offset the writer assigns (>= leo: includes batches being written)
+	maxTs    int64 // running max of batch max timestamps (time index), -1 when none
+	leo      int64 // end of what is written to Badger
+	hw       int64 // end of what readers may see: written, and fsynced when Options.Fsync
+	logStart int64
+	size     int64 // bytes of batches in [logStart, leo)
+	changed  chan struct{}
+}
+
+// ID returns the partition's id.
+func (p *Partition) ID() PartitionID { return p.id }
+
+// LogStartOffset returns the first offset still stored (moved by ApplyRetention).
+func (p *Partition) LogStartOffset() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.logStart
+}
+
+// LogEndOffset returns the offset after the last batch written to Badger (not necessarily fsynced).
+func (p *Partition) LogEndOffset() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.leo
+}
+
+// HighWatermark returns the offset up to which Read returns data: on a single node the LEO once the data
+// is written, and fsynced when Options.Fsync, so no reader sees a record a crash could take back.
+// Replication (a later layer) computes the replicated HW itself from this local one.
+func (p *Partition) HighWatermark() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hw
+}
+
+// Size returns the bytes of stored batches, from LogStartOffset to LogEndOffset.
+func (p *Partition) Size() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.size
+}
+
+// Changed returns a channel that is closed when the HW advances, the log start offset moves, or the
+// partition is deleted or its store closed; call it again for the next change. Take the channel before
+// checking the state you wait on, so a change in between is not missed.
+func (p *Partition) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+// notifyLocked broadcasts a change: closes the current channel and installs a fresh one. p.mu is held.
+func (p *Partition) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// retire closes the partition for good with why (ErrPartitionDeleted or ErrClosed): Changed stays closed.
+func (p *Partition) retire(why error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gone == nil {
+		p.gone = why
+		close(p.changed)
+	}
+}
+
+// goneErr returns why the partition is retired, or nil.
+func (p *Partition) goneErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gone
+}
+
+// check returns an error wrapping ErrPartitionDeleted or ErrClosed when the partition is retired.
+func (p *Partition) check(what string) error {
+	switch err := p.goneErr(); {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrClosed):
+		return errClosed(what + " " + p.id.String())
+	default:
+		return fmt.Errorf("%s %s: %w", what, p.id, err)
+	}
+}
+
+// written records that batches up to end (exclusive) totalling n bytes are in Badger.
+func (p *Partition) written(end, n int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if end > p.leo {
+		p.leo = end
+	}
+	p.size += n
+}
+
+// advanceHW moves the HW forward to end and wakes the waiters. Groups reach it in order, so the HW only
+// ever moves forward through whole batches.
+func (p *Partition) advanceHW(end int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.gone == nil && end > p.hw {
+		p.hw = end
+		p.notifyLocked()
+	}
+}
+
+// AppendOptions are the per-call settings of Append.
+type AppendOptions struct {
+	Sync          bool  // acks=all: wait for the fsync (when Options.Fsync) before returning
+	LogAppendTime int64 // ms; >= 0 stamps each batch with batch.SetLogAppendTime, < 0 keeps producer time
+	LeaderEpoch   int32 // written into each batch with batch.SetPartitionLeaderEpoch
+}
+
+// AppendResult says where an Append went.
+type AppendResult struct {
+	BaseOffset     int64 // offset of the first record of the first batch
+	LastOffset     int64 // offset of the last record of the last batch
+	LogStartOffset int64 // the partition's log start offset when the append completed
+}
+
+// Append stores one or more concatenated batches at consecutive offsets, in order. The caller has
+// validated them (batch.Validate, size caps); the slice is owned by plog from here on and is rewritten in
+// place (base offset, leader epoch, log-append time). It returns when the batches are written, and
+// fsynced if opts.Sync && Options.Fsync. Concurrent appends to all partitions of the store are
+// group-committed into one Badger transaction and one fsync.
+//
+// ctx ends only the wait: a queued append is written anyway, and its offsets are then taken.
+// Errors (wrapped): ctx.Err(); rerr.ErrCorruptMessage when a header does not parse or nothing is given;
+// rerr.ErrMessageTooLarge for a batch longer than Options.ValueLogFileSize; ErrPartitionDeleted;
+// ErrClosed; rerr.ErrStorage after a write or fsync failure of the store (sticky until restart).
+func (p *Partition) Append(ctx context.Context, batches []byte, opts AppendOptions) (AppendResult, error) {
+	r, err := p.prepare(batches, opts)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	if err := p.s.room.Acquire(ctx, r.held); err != nil {
+		return AppendResult{}, fmt.Errorf("append to %s: waiting for room in the write queue: %w", p.id, err)
+	}
+	if err := p.s.enqueue(r); err != nil {
+		p.s.room.Release(r.held)
+		return AppendResult{}, err
+	}
+	select {
+	case <-r.done:
+		return r.result()
+	case <-ctx.Done():
+		return AppendResult{}, fmt.Errorf("append to %s: %w", p.id, ctx.Err())
+	}
+}
+
+// AppendAsync is Append without the wait, for callers that answer many partitions in one response: it
+// queues the batches before it returns, so appends started one after another are stored in that order,
+// and later calls done exactly once with what Append would have returned (also for errors found before
+// queueing). done runs on a goroutine of its own, so it may block or take the caller's locks. When the
+// write queue is full (64 MiB queued), AppendAsync waits for room: that is the producers' back-pressure.
+func (p *Partition) AppendAsync(batches []byte, opts AppendOptions, done func(AppendResult, error)) {
+	r, err := p.prepare(batches, opts)
+	if err != nil {
+		go done(AppendResult{}, err)
+		return
+	}
+	r.callback = done
+	_ = p.s.room.Acquire(context.Background(), r.held) // fails only with a cancelled ctx
+	if err := p.s.enqueue(r); err != nil {
+		p.s.room.Release(r.held)
+		go done(AppendResult{}, err)
+	}
+}
+
+// prepare parses the batches and stamps leader epoch and log-append time, on the caller's goroutine so
+// the writer goroutine only has to assign offsets.
+func (p *Partition) prepare(batches []byte, opts AppendOptions) (*appendReq, error) {
+	if err := p.check("append to"); err != nil {
+		return nil, err
+	}
+	r := &appendReq{p: p, sync: opts.Sync, done: make(chan struct{})}
+	for rest := batches; len(rest) > 0; {
+		h, err := batch.ParseHeader(rest)
+		if err != nil {
+			return nil, fmt.Errorf("append to %s: batch %d: %w", p.id, len(r.batches), err)
+		}
+		b := rest[:h.Size()]
+		rest = rest[h.Size():]
+		if int64(len(b)) > p.s.opts.ValueLogFileSize {
+			return nil, fmt.Errorf("append to %s: %w", p.id, rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE,
+				"batch of %d bytes exceeds the store's value-log file size %d", len(b), p.s.opts.ValueLogFileSize))
+		}
+		batch.SetPartitionLeaderEpoch(b, opts.LeaderEpoch)
+		maxTs := h.MaxTimestamp
+		if opts.LogAppendTime >= 0 {
+			batch.SetLogAppendTime(b, opts.LogAppendTime)
+			maxTs = opts.LogAppendTime
+		}
+		r.batches = append(r.batches, stagedBatch{data: b, lastDelta: h.LastOffsetDelta, maxTs: maxTs})
+		r.bytes += int64(len(b))
+	}
+	if len(r.batches) == 0 {
+		return nil, fmt.Errorf("append to %s: %w", p.id, rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "no record batch"))
+	}
+	r.held = min(r.bytes, maxQueuedBytes)
+	return r, nil
+}
+
+// outOfRange builds the OFFSET_OUT_OF_RANGE error for offset.
+func (p *Partition) outOfRange(offset, start, hw int64) error {
+	return fmt.Errorf("read %s: %w", p.id, rerr.New(runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE,
+		"offset %d outside [log start %d, high watermark %d]", offset, start, hw))
+}
+
+// Read appends to dst whole stored batches, from the batch that holds offset (which may begin before
+// it: consumers skip the records below their position), while the bytes appended stay within maxBytes;
+// the first batch is appended even if larger (KIP-74), so a consumer always makes progress. It never
+// returns a batch at or above the HW. offset == HW returns dst unchanged (a long-poll then waits on
+// Changed). Errors (wrapped): rerr.ErrOffsetOutOfRange when offset < LogStartOffset or > HW (also when
+// retention deletes the batch during the read); ErrPartitionDeleted; ErrClosed; Badger read errors.
+func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error) {
+	s := p.s
+	orig := dst // returned on errors, so a failed read leaves dst as it was
+	if err := s.acquire("read " + p.id.String()); err != nil {
+		return dst, err
+	}
+	defer s.lifeMu.RUnlock()
+	// The bounds are read before the Badger snapshot is taken: the HW moves only after Badger's commit
+	// returned, and a transaction begun after that sees the commit, so every batch below hw is in the
+	// snapshot. (Retention commits before moving the log start; a batch it deleted meanwhile is missing
+	// from the snapshot, which the walk below reports as out of range.)
+	p.mu.Lock()
+	gone, start, hw := p.gone, p.logStart, p.hw
+	p.mu.Unlock()
+	if gone != nil {
+		return orig, p.check("read")
+	}
+	if offset < start || offset > hw {
+		return orig, p.outOfRange(offset, start, hw)
+	}
+	if offset == hw {
+		return dst, nil
+	}
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: p.lprefix})
+	defer it.Close()
+	// Consumers mostly ask for the offset after the last batch they read, which is a batch's key.
+	it.Seek(batchKey(p.lprefix, offset))
+	if !it.Valid() || batchKeyOffset(it.Item().Key()) != offset {
+		base, ok, err := p.floorBatch(txn, offset)
+		if err != nil {
+			return orig, fmt.Errorf("read %s at %d: %w", p.id, offset, err)
+		}
+		if !ok {
+			return orig, p.outOfRange(offset, start, hw)
+		}
+		it.Seek(batchKey(p.lprefix, base))
+	}
+	added := 0
+	for ; it.Valid(); it.Next() {
+		item := it.Item()
+		base := batchKeyOffset(item.Key())
+		if base >= hw {
+			break
+		}
+		first := added == 0
+		stop := false
+		err := item.Value(func(v []byte) error {
+			if len(v) < batch.HeaderSize {
+				return rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "stored batch at %d is %d bytes", base, len(v))
+			}
+			next := base + int64(lastOffsetDelta(v)) + 1
+			if first && next <= offset {
+				// The batch before offset ends below it: offset's batch was deleted after the bounds were read.
+				return p.outOfRange(offset, start, hw)
+			}
+			if next > hw || (!first && added+len(v) > maxBytes) {
+				stop = true
+				return nil
+			}
+			dst = append(dst, v...)
+			added += len(v)
+			return nil
+		})
+		if err != nil {
+			if errors.Is(err, rerr.ErrOffsetOutOfRange) {
+				return orig, err
+			}
+			return orig, fmt.Errorf("read %s at %d: %w", p.id, offset, err)
+		}
+		if stop {
+			break
+		}
+	}
+	if added == 0 {
+		// Below the HW there is always a batch holding offset, unless retention deleted it meanwhile.
+		return orig, p.outOfRange(offset, start, hw)
+	}
+	return dst, nil
+}
+
+// floorBatch finds the base offset of the batch with the greatest base offset <= offset.
+func (p *Partition) floorBatch(txn *badger.Txn, offset int64) (int64, bool, error) {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: p.lprefix, Reverse: true})
+	defer it.Close()
+	it.Seek(batchKey(p.lprefix, offset))
+	if !it.Valid() {
+		return 0, false, nil
+	}
+	return batchKeyOffset(it.Item().Key()), true, nil
+}
+
+// lastOffsetDelta reads the field from a batch header (at least HeaderSize bytes).
+func lastOffsetDelta(b []byte) int32 { return int32(binary.BigEndian.Uint32(b[23:])) }
+
+// OffsetForTimestamp returns the first offset below the HW whose record timestamp is >= ts (ms), and
+// that record's timestamp, or (-1, -1) when there is none. It seeks the time index to the first batch
+// whose running max timestamp reaches ts (earlier batches hold no such record), then decodes that batch's
+// records (decompressing them if needed) to find the exact record. Batches with LogAppendTime count all
+// their records at the batch's timestamp, as Kafka does. The special Kafka values -1 (latest) and -2
+// (earliest) are the caller's business. Errors (wrapped): rerr.ErrCorruptMessage for records that do
+// not decode; ErrPartitionDeleted; ErrClosed; Badger read errors.
+func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, err error) {
+	s := p.s
+	if err := s.acquire("offset for timestamp in " + p.id.String()); err != nil {
+		return -1, -1, err
+	}
+	defer s.lifeMu.RUnlock()
+	p.mu.Lock()
+	gone, start, hw := p.gone, p.logStart, p.hw
+	p.mu.Unlock()
+	if gone != nil {
+		return -1, -1, p.check("offset for timestamp in")
+	}
+	txn := s.db.NewTransaction(false) // after the bounds, as in Read
+	defer txn.Discard()
+
+	tit := txn.NewIterator(badger.IteratorOptions{Prefix: p.tprefix, PrefetchValues: false})
+	tit.Seek(timeKey(p.tprefix, ts, 0))
+	if !tit.Valid() {
+		tit.Close()
+		return -1, -1, nil
+	}
+	_, from := timeKeyParts(tit.Item().Key())
+	tit.Close()
+	from = max(from, start)
+
+	// Normally the indexed batch holds the record. After retention deleted the batch that raised the
+	// running max, the index points at the new first batch, and the record may come some batches later.
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: p.lprefix})
+	defer it.Close()
+	for it.Seek(batchKey(p.lprefix, from)); it.Valid(); it.Next() {
+		item := it.Item()
+		if batchKeyOffset(item.Key()) >= hw {
+			break
+		}
+		var found bool
+		err := item.Value(func(v []byte) error {
+			h, err := batch.ParseHeader(v)
+			if err != nil {
+				return err
+			}
+			if h.MaxTimestamp < ts {
+				return nil
+			}
+			offset, timestamp, found, err = findTimestamp(v[:h.Size()], h, ts)
+			return err
+		})
+		if err != nil {
+			return -1, -1, fmt.Errorf("offset for timestamp %d in %s: %w", ts, p.id, err)
+		}
+		if found {
+			return offset, timestamp, nil
+		}
+	}
+	return -1, -1, nil
+}
+
+// ApplyRetention deletes whole oldest batches below the HW: those older than now-retentionMs
+// (retentionMs < 0: no time limit) and then, while Size exceeds retentionBytes (< 0: no size limit), the
+// oldest ones. A batch's age is the running max of batch max timestamps up to it, as Kafka ages segments
+// by their largest timestamp, so the expired batches are a prefix of the log and a batch with an old
+// timestamp behind a newer one waits for it. The new log start offset is persisted with the deletion, so
+// it survives restart even when the log is emptied. Deleted data is reclaimed by value-log GC later. It
+// returns the number of batches deleted. Errors (wrapped): ErrPartitionDeleted; ErrClosed; Badger errors.
+func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes int64) (int, error) {
+	s := p.s
+	if err := s.acquire("retention of " + p.id.String()); err != nil {
+		return 0, err
+	}
+	defer s.lifeMu.RUnlock()
+	p.retMu.Lock()
+	defer p.retMu.Unlock()
+	p.mu.Lock()
+	gone, start, hw, size := p.gone, p.logStart, p.hw, p.size
+	p.mu.Unlock()
+	if gone != nil {
+		return 0, p.check("retention of")
+	}
+	if hw <= start || (retentionMs < 0 && (retentionBytes < 0 || size <= retentionBytes)) {
+		return 0, nil
+	}
+
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+	// Batches before timeBound are expired by time.
+	timeBound := start
+	if retentionMs >= 0 {
+		timeBound = hw
+		tit := txn.NewIterator(badger.IteratorOptions{Prefix: p.tprefix, PrefetchValues: false})
+		tit.Seek(timeKey(p.tprefix, now.UnixMilli()-retentionMs, 0))
+		if tit.Valid() {
+			_, timeBound = timeKeyParts(tit.Item().Key())
+		}
+		tit.Close()
+	}
+
+	var deletes [][]byte
+	var freed int64
+	remaining := size
+	newStart := hw
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: p.lprefix, PrefetchValues: false})
+	for it.Seek(batchKey(p.lprefix, start)); it.Valid(); it.Next() {
+		item := it.Item()
+		base := batchKeyOffset(item.Key())
+		if base >= hw {
+			break
+		}
+		n := storedValueSize(item.ValueSize())
+		if base < timeBound || (retentionBytes >= 0 && remaining > retentionBytes) {
+			deletes = append(deletes, item.KeyCopy(nil))
+			remaining -= n
+			freed += n
+			continue
+		}
+		newStart = base
+		break
+	}
+	it.Close()
+	if len(deletes) == 0 {
+		return 0, nil
+	}
+
+	// The time-index entries of deleted batches go too. If the entry that covers newStart (the last one
+	// deleted) goes, an entry with its timestamp is put at newStart, so the index still rises with the
+	// offsets, a seek by timestamp still finds the first remaining candidate batch, and recovery still
+	// finds the running max timestamp (also when the log is now empty).
+	var tdeletes [][]byte
+	var repoint []byte
+	tit := txn.NewIterator(badger.IteratorOptions{Prefix: p.tprefix, PrefetchValues: false})
+	var lastTs int64
+	coveredAtStart := false
+	for tit.Rewind(); tit.Valid(); tit.Next() {
+		ts, base := timeKeyParts(tit.Item().Key())
+		if base >= newStart {
+			coveredAtStart = base == newStart
+			break
+		}
+		tdeletes = append(tdeletes, tit.Item().KeyCopy(nil))
+		lastTs = ts
+	}
+	tit.Close()
+	if len(tdeletes) > 0 && !coveredAtStart {
+		repoint = timeKey(p.tprefix, lastTs, newStart)
+	}
+
+	// The state goes first: if a crash splits the transactions, the next open sees the new log start
+	// and removes the batches left below it.
+	ops := []op{{key: p.sprefix, value: encodeState(newStart, newStart)}}
+	if repoint != nil {
+		ops = append(ops, op{key: repoint, value: []byte{}})
+	}
+	for _, k := range deletes {
+		ops = append(ops, op{key: k, del: true})
+	}
+	for _, k := range tdeletes {
+		ops = append(ops, op{key: k, del: true})
+	}
+	s.dropMu.RLock()
+	if err := p.check("retention of"); err != nil {
+		s.dropMu.RUnlock()
+		return 0, err
+	}
+	err := s.apply(ops)
+	s.dropMu.RUnlock()
+	if err != nil {
+		return 0, fmt.Errorf("retention of %s: delete %d batches below %d: %w", p.id, len(deletes), newStart, err)
+	}
+	p.mu.Lock()
+	if p.gone == nil && newStart > p.logStart {
+		p.logStart = newStart
+		p.size -= freed
+		p.notifyLocked()
+	}
+	p.mu.Unlock()
+	return len(deletes), nil
+}
+
+// op is one key to set or delete.
+type op struct {
+	key, value []byte
+	del        bool
+}
+
+// apply writes ops in order in as few transactions as fit.
+func (s *Store) apply(ops []op) error {
+	txn := s.db.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	do := func(o op) error {
+		if o.del {
+			return txn.Delete(o.key)
+		}
+		return txn.Set(o.key, o.value)
+	}
+	for _, o := range ops {
+		err := do(o)
+		if errors.Is(err, badger.ErrTxnTooBig) {
+			if err = txn.Commit(); err != nil {
+				return err
+			}
+			txn = s.db.NewTransaction(true)
+			err = do(o)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return txn.Commit()
+}
+
+// recover builds the partition from what Badger holds: log start = max(stored log start, first batch),
+// LEO = max(end of the last batch, stored floor), size = sum of the batch sizes from the log start,
+// running max timestamp = the last time-index entry, HW = LEO. Batches and index entries below the stored
+// log start (left by a retention a crash interrupted) are deleted.
+func (s *Store) recover(id PartitionID) (*Partition, error) {
+	p := &Partition{
+		s:       s,
+		id:      id,
+		lprefix: partPrefix(kindBatch, id),
+		tprefix: partPrefix(kindTime, id),
+		sprefix: partPrefix(kindState, id),
+		maxTs:   -1,
+		changed: make(chan struct{}),
+	}
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+
+	var floor int64
+	switch item, err := txn.Get(p.sprefix); {
+	case errors.Is(err, badger.ErrKeyNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("read state: %w", err)
+	default:
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, fmt.Errorf("read state: %w", err)
+		}
+		if p.logStart, floor, err = decodeState(v); err != nil {
+			return nil, err
+		}
+	}
+
+	var stale [][]byte
+	var last []byte
+	firstBase := int64(-1)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: p.lprefix, PrefetchValues: false})
+	for it.Rewind(); it.Valid(); it.Next() {
+		item := it.Item()
+		base := batchKeyOffset(item.Key())
+		if base < p.logStart {
+			stale = append(stale, item.KeyCopy(nil))
+			continue
+		}
+		if firstBase < 0 {
+			firstBase = base
+		}
+		p.size += storedValueSize(item.ValueSize())
+		last = item.KeyCopy(last)
+	}
+	it.Close()
+
+	p.leo = floor
+	if last != nil {
+		item, err := txn.Get(last)
+		if err != nil {
+			return nil, fmt.Errorf("read last batch: %w", err)
+		}
+		var h batch.Header
+		err = item.Value(func(v []byte) error {
+			h, err = batch.ParseHeader(v)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("last batch at %d: %w", batchKeyOffset(last), err)
+		}
+		p.leo = max(p.leo, batchKeyOffset(last)+int64(h.LastOffsetDelta)+1)
+		p.logStart = max(p.logStart, firstBase)
+	}
+	p.logStart = min(p.logStart, p.leo)
+	p.next, p.hw = p.leo, p.leo
+
+	tit := txn.NewIterator(badger.IteratorOptions{Prefix: p.tprefix, PrefetchValues: false})
+	for tit.Rewind(); tit.Valid(); tit.Next() {
+		ts, base := timeKeyParts(tit.Item().Key())
+		if base < p.logStart {
+			stale = append(stale, tit.Item().KeyCopy(nil))
+			continue
+		}
+		p.maxTs = ts // rises with the keys; the last one is the running max
+	}
+	tit.Close()
+	if len(stale) > 0 {
+		ops := make([]op, len(stale))
+		for i, k := range stale {
+			ops[i] = op{key: k, del: true}
+		}
+		s.dropMu.RLock()
+		err := s.apply(ops)
+		s.dropMu.RUnlock()
+		if err != nil {
+			return nil, fmt.Errorf("delete %d entries below log start %d: %w", len(stale), p.logStart, err)
+		}
+	}
+	return p, nil
+}

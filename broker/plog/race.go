@@ -1,0 +1,6 @@
+//go:build race
+
+package plog
+
+// raceBuild reports a -race build; see Store.runGC.
+const raceBuild = true

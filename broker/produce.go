@@ -1,0 +1,235 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/api/rerr"
+	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/client/batch"
+	"google.golang.org/grpc"
+)
+
+// maxStreamInflight is how many requests one ProduceStream may have unanswered before the broker stops
+// reading from it (back-pressure through gRPC flow control).
+const maxStreamInflight = 256
+
+// produceCall collects the per-partition outcomes of one produce request. Appends finish on the
+// store's goroutines in any order; the last one to finish (or the timeout) completes the call once.
+type produceCall struct {
+	resp      *runnelv1.ProduceResponse
+	remaining atomic.Int32
+	once      sync.Once
+	mu        sync.Mutex // guards resp's results against the timeout reading them
+	done      chan struct{}
+	timer     *time.Timer
+	onDone    func(*runnelv1.ProduceResponse) // may be nil
+}
+
+func (c *produceCall) finish() {
+	c.once.Do(func() {
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		close(c.done)
+		if c.onDone != nil {
+			c.mu.Lock()
+			resp := c.resp
+			c.mu.Unlock()
+			c.onDone(resp)
+		}
+	})
+}
+
+// timeout fails every partition still waiting with REQUEST_TIMED_OUT. Their appends may still land, as
+// with Kafka's request.timeout.ms, so a client that retries may write twice until idempotence exists.
+func (c *produceCall) timeout() {
+	c.mu.Lock()
+	for _, r := range c.resp.Partitions {
+		if r.Error == nil && r.BaseOffset < 0 {
+			r.Error = rerr.ToInfo(rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "%s-%d: no acknowledgement within the request timeout", r.Topic, r.Partition))
+		}
+	}
+	c.mu.Unlock()
+	c.finish()
+}
+
+// startProduce validates and enqueues every partition's batches of req in request order, and returns
+// the call that completes when all of them are acknowledged per req.Acks. Enqueueing happens before
+// startProduce returns, so requests started one after another are appended in that order.
+func (b *Broker) startProduce(req *runnelv1.ProduceRequest, onDone func(*runnelv1.ProduceResponse)) (*produceCall, error) {
+	switch req.Acks {
+	case runnelv1.Acks_ACKS_ALL, runnelv1.Acks_ACKS_LEADER, runnelv1.Acks_ACKS_NONE:
+	default:
+		return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUIRED_ACKS, "acks %d is not one of ACKS_ALL, ACKS_LEADER, ACKS_NONE", req.Acks)
+	}
+	if req.TimeoutMs < 0 {
+		return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "negative timeout_ms %d", req.TimeoutMs)
+	}
+	c := &produceCall{
+		resp:   &runnelv1.ProduceResponse{CorrelationId: req.CorrelationId, Partitions: make([]*runnelv1.ProducePartitionResult, len(req.Partitions))},
+		done:   make(chan struct{}),
+		onDone: onDone,
+	}
+	c.remaining.Store(int32(len(req.Partitions)) + 1) // +1 held until every append is enqueued
+	timeout := DefaultProduceTimeout
+	if req.TimeoutMs > 0 {
+		timeout = time.Duration(req.TimeoutMs) * time.Millisecond
+	}
+	c.timer = time.AfterFunc(timeout, c.timeout)
+	now := time.Now().UnixMilli()
+	for i, pp := range req.Partitions {
+		r := &runnelv1.ProducePartitionResult{Topic: pp.Topic, Partition: pp.Partition, BaseOffset: -1, LogAppendTimeMs: -1, LogStartOffset: -1}
+		c.resp.Partitions[i] = r
+		b.appendPartition(pp, req.Acks, now, func(res plog.AppendResult, appendTime int64, err error) {
+			c.mu.Lock()
+			if r.Error == nil { // not timed out already
+				if err != nil {
+					r.Error = rerr.ToInfo(storeErr(pp.Topic, pp.Partition, err))
+				} else {
+					r.BaseOffset, r.LogStartOffset, r.LogAppendTimeMs = res.BaseOffset, res.LogStartOffset, appendTime
+				}
+			}
+			c.mu.Unlock()
+			if c.remaining.Add(-1) == 0 {
+				c.finish()
+			}
+		})
+	}
+	if c.remaining.Add(-1) == 0 {
+		c.finish()
+	}
+	return c, nil
+}
+
+// appendPartition validates one partition's batches and enqueues them; done is called exactly once.
+func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Acks, now int64, done func(plog.AppendResult, int64, error)) {
+	t, p, err := b.partition(pp.Topic, pp.Partition)
+	if err != nil {
+		done(plog.AppendResult{}, -1, err)
+		return
+	}
+	if len(pp.Records) == 0 {
+		done(plog.AppendResult{}, -1, rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "%s-%d: produce without record batches", pp.Topic, pp.Partition))
+		return
+	}
+	maxBytes := int(t.Config.MaxMessageBytes)
+	err = batch.Split(pp.Records, func(bt []byte, h batch.Header) error {
+		if len(bt) > maxBytes {
+			return rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "%s-%d: batch of %d bytes is larger than max.message.bytes=%d", pp.Topic, pp.Partition, len(bt), maxBytes)
+		}
+		if h.IsControl() || h.IsTransactional() {
+			return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: producers may not write control or transactional batches (transactions are not enabled)", pp.Topic, pp.Partition)
+		}
+		if h.ProducerID >= 0 {
+			return rerr.New(runnelv1.ErrorCode_UNSUPPORTED_VERSION, "%s-%d: idempotent batches (producer id %d) are not supported yet; send producer id -1", pp.Topic, pp.Partition, h.ProducerID)
+		}
+		return nil
+	})
+	if err != nil {
+		var e *rerr.Error
+		if errors.As(err, &e) && e.Code == runnelv1.ErrorCode_CORRUPT_MESSAGE {
+			err = rerr.New(e.Code, "%s-%d: %s", pp.Topic, pp.Partition, e.Message)
+		}
+		done(plog.AppendResult{}, -1, err)
+		return
+	}
+	opts := plog.AppendOptions{Sync: acks == runnelv1.Acks_ACKS_ALL, LogAppendTime: -1, LeaderEpoch: 0}
+	if t.Config.LogAppendTime {
+		opts.LogAppendTime = now
+	}
+	p.AppendAsync(pp.Records, opts, func(res plog.AppendResult, err error) { done(res, opts.LogAppendTime, err) })
+}
+
+// Produce implements runnelv1.RecordsServer: append and wait for the acknowledgement per acks.
+func (b *Broker) Produce(ctx context.Context, req *runnelv1.ProduceRequest) (*runnelv1.ProduceResponse, error) {
+	c, err := b.startProduce(req, nil)
+	if err != nil {
+		return nil, rerr.ToStatus(err)
+	}
+	if req.Acks == runnelv1.Acks_ACKS_NONE {
+		return &runnelv1.ProduceResponse{CorrelationId: req.CorrelationId}, nil
+	}
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		return nil, rerr.ToStatus(ctx.Err())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.resp, nil
+}
+
+// ProduceStream implements runnelv1.RecordsServer: requests are enqueued in the order received, and
+// answers are sent as their appends complete.
+func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceRequest, runnelv1.ProduceResponse]) error {
+	// inflight bounds the requests a stream may have unanswered, and out can hold all of their answers,
+	// so the store's goroutines that complete appends never block on a slow reader.
+	inflight := make(chan struct{}, maxStreamInflight)
+	out := make(chan *runnelv1.ProduceResponse, maxStreamInflight)
+	var pending sync.WaitGroup
+	sendErr := make(chan error, 1)
+	senderDone := make(chan struct{})
+	go func() { // the one goroutine allowed to Send; owned by this handler, ends when out closes
+		defer close(senderDone)
+		failed := false
+		for resp := range out {
+			if !failed {
+				if err := stream.Send(resp); err != nil {
+					failed = true
+					sendErr <- err
+				}
+			}
+			<-inflight
+		}
+	}()
+	var recvErr error
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				recvErr = err
+			}
+			break
+		}
+		acks := req.Acks
+		select {
+		case inflight <- struct{}{}:
+		case <-stream.Context().Done():
+			recvErr = stream.Context().Err()
+		}
+		if recvErr != nil {
+			break
+		}
+		pending.Add(1)
+		_, err = b.startProduce(req, func(resp *runnelv1.ProduceResponse) {
+			if acks != runnelv1.Acks_ACKS_NONE {
+				out <- resp
+			} else {
+				<-inflight
+			}
+			pending.Done()
+		})
+		if err != nil {
+			<-inflight
+			pending.Done()
+			// A request the broker cannot take at all ends the stream with its status.
+			recvErr = rerr.ToStatus(err)
+			break
+		}
+	}
+	pending.Wait()
+	close(out)
+	<-senderDone
+	select {
+	case err := <-sendErr:
+		return err
+	default:
+	}
+	return recvErr
+}

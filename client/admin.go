@@ -1,0 +1,282 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/api/rerr"
+)
+
+// Admin manages topics and reads cluster metadata and offsets. Every call retries failures of the whole
+// call that may be transient (a broker unreachable, say) within the request timeout and ctx; an answer
+// about a topic, such as TOPIC_ALREADY_EXISTS or UNKNOWN_TOPIC_OR_PARTITION, is returned at once.
+// Errors are catalogue errors: compare with errors.Is against the rerr sentinels. Safe for concurrent
+// use.
+type Admin struct {
+	cfg adminConfig
+	cl  *cluster
+}
+
+// TopicSummary is one topic in ListTopics.
+type TopicSummary struct {
+	Name              string
+	TopicID           string // unique over the cluster's life: a topic created again gets a new one
+	Partitions        int32
+	ReplicationFactor int32
+	Internal          bool
+}
+
+// TopicDescription is a topic in detail, from DescribeTopic.
+type TopicDescription struct {
+	Name              string
+	TopicID           string
+	ReplicationFactor int32
+	Internal          bool
+	Configs           []ConfigEntry // every topic config with its effective value
+	Partitions        []PartitionDescription
+}
+
+// ConfigEntry is one topic config.
+type ConfigEntry struct {
+	Name  string
+	Value string
+	// IsDefault is true when the topic does not set it and the broker default applies.
+	IsDefault bool
+}
+
+// PartitionDescription is one partition of a TopicDescription. Offsets are record offsets; sizes bytes.
+type PartitionDescription struct {
+	Partition      int32
+	LeaderID       int32 // -1 when there is no leader
+	LeaderEpoch    int32
+	Replicas       []int32
+	ISR            []int32 // in-sync replicas
+	LogStartOffset int64
+	HighWatermark  int64
+	LogEndOffset   int64
+	SizeBytes      int64
+}
+
+// NewAdmin returns an admin client for the cluster reachable at brokers. It validates the options and
+// connects lazily.
+func NewAdmin(brokers []string, opts ...AdminOption) (*Admin, error) {
+	cfg, err := newAdminConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := newCluster(brokers, cfg.common)
+	if err != nil {
+		return nil, err
+	}
+	return &Admin{cfg: cfg, cl: cl}, nil
+}
+
+// Close closes the connections. Calls in progress fail.
+func (a *Admin) Close() error { return a.cl.close() }
+
+func (a *Admin) admin(ctx context.Context, fn func(ctx context.Context, c runnelv1.AdminClient) error) error {
+	return unfinal(a.cl.retry(ctx, func(ctx context.Context) error {
+		cc, err := a.cl.anyConn()
+		if err != nil {
+			return err
+		}
+		return fn(ctx, runnelv1.NewAdminClient(cc))
+	}))
+}
+
+// topicErr returns the error of a per-topic result, marked final so it is not retried.
+func topicErr(info *runnelv1.ErrorInfo) error {
+	if err := rerr.FromInfo(info); err != nil {
+		return final{err}
+	}
+	return nil
+}
+
+// CreateTopic creates a topic with partitions and replicationFactor (0 or less: the broker defaults)
+// and configs (Kafka's names, e.g. "retention.ms"), and returns its topic id. An existing topic gives
+// rerr.ErrTopicAlreadyExists; bad arguments INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS,
+// INVALID_REPLICATION_FACTOR or INVALID_CONFIG.
+func (a *Admin) CreateTopic(ctx context.Context, name string, partitions, replicationFactor int32, configs map[string]string) (string, error) {
+	var id string
+	err := a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
+		resp, err := c.CreateTopics(ctx, &runnelv1.CreateTopicsRequest{Topics: []*runnelv1.NewTopic{
+			{Name: name, Partitions: partitions, ReplicationFactor: replicationFactor, Configs: configs}}})
+		if err != nil {
+			return wireErr(err)
+		}
+		r, err := oneTopic(resp.Topics, name, func(t *runnelv1.TopicResult) string { return t.Name })
+		if err != nil {
+			return err
+		}
+		id = r.TopicId
+		return topicErr(r.Error)
+	})
+	return id, err
+}
+
+// DeleteTopic deletes a topic and its records. An unknown topic gives rerr.ErrUnknownTopicOrPartition.
+func (a *Admin) DeleteTopic(ctx context.Context, name string) error {
+	return a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
+		resp, err := c.DeleteTopics(ctx, &runnelv1.DeleteTopicsRequest{Topics: []string{name}})
+		if err != nil {
+			return wireErr(err)
+		}
+		r, err := oneTopic(resp.Topics, name, func(t *runnelv1.TopicResult) string { return t.Name })
+		if err != nil {
+			return err
+		}
+		return topicErr(r.Error)
+	})
+}
+
+// ListTopics lists the topics, internal ones (such as __consumer_offsets) only when includeInternal.
+func (a *Admin) ListTopics(ctx context.Context, includeInternal bool) ([]TopicSummary, error) {
+	var out []TopicSummary
+	err := a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
+		resp, err := c.ListTopics(ctx, &runnelv1.ListTopicsRequest{IncludeInternal: includeInternal})
+		if err != nil {
+			return wireErr(err)
+		}
+		out = make([]TopicSummary, 0, len(resp.Topics))
+		for _, t := range resp.Topics {
+			out = append(out, TopicSummary{Name: t.Name, TopicID: t.TopicId, Partitions: t.Partitions,
+				ReplicationFactor: t.ReplicationFactor, Internal: t.Internal})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DescribeTopic returns a topic's configs and partitions. An unknown topic gives
+// rerr.ErrUnknownTopicOrPartition.
+func (a *Admin) DescribeTopic(ctx context.Context, name string) (*TopicDescription, error) {
+	var out *TopicDescription
+	err := a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
+		resp, err := c.DescribeTopics(ctx, &runnelv1.DescribeTopicsRequest{Topics: []string{name}})
+		if err != nil {
+			return wireErr(err)
+		}
+		t, err := oneTopic(resp.Topics, name, func(t *runnelv1.TopicDescription) string { return t.Name })
+		if err != nil {
+			return err
+		}
+		if err := topicErr(t.Error); err != nil {
+			return err
+		}
+		d := &TopicDescription{Name: t.Name, TopicID: t.TopicId, ReplicationFactor: t.ReplicationFactor, Internal: t.Internal,
+			Configs: configEntries(t.Configs)}
+		for _, p := range t.Partitions {
+			d.Partitions = append(d.Partitions, PartitionDescription{Partition: p.Partition, LeaderID: p.LeaderId,
+				LeaderEpoch: p.LeaderEpoch, Replicas: p.Replicas, ISR: p.Isr, LogStartOffset: p.LogStartOffset,
+				HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes})
+		}
+		out = d
+		return nil
+	})
+	return out, err
+}
+
+// AlterTopicConfig sets configs of a topic and returns deleted ones to the broker default (as
+// kafka-configs --alter --add-config/--delete-config), then returns every config with its effective
+// value. Invalid values give rerr.ErrInvalidConfig and change nothing.
+func (a *Admin) AlterTopicConfig(ctx context.Context, name string, set map[string]string, del []string) ([]ConfigEntry, error) {
+	var out []ConfigEntry
+	err := a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
+		resp, err := c.AlterTopicConfigs(ctx, &runnelv1.AlterTopicConfigsRequest{Topic: name, Set: set, Delete: del})
+		if err != nil {
+			return final{wireErr(err)} // a whole-call error here is the answer (unknown topic, bad config)
+		}
+		out = configEntries(resp.Configs)
+		return nil
+	})
+	return out, err
+}
+
+// ListOffsets resolves spec for a partition: the log start offset (OffsetEarliest), the high watermark
+// (OffsetLatest), or the first offset whose record timestamp is at or after a time (OffsetAfterTime;
+// offset -1 when no record is that recent). ts is that record's timestamp in ms, or -1. OffsetAt(o)
+// returns o as it is.
+func (a *Admin) ListOffsets(ctx context.Context, topic string, partition int32, spec Offset) (offset, ts int64, err error) {
+	return listOffsets(ctx, a.cl, topic, partition, spec, false)
+}
+
+// Metadata returns the cluster's brokers and the topics' partitions with leaders and replicas (all
+// topics when none is named). Per-topic errors are in the answer.
+func (a *Admin) Metadata(ctx context.Context, topics ...string) (*runnelv1.MetadataResponse, error) {
+	return a.cl.metadata(ctx, topics)
+}
+
+func configEntries(cs []*runnelv1.ConfigEntry) []ConfigEntry {
+	out := make([]ConfigEntry, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, ConfigEntry{Name: c.Name, Value: c.Value, IsDefault: c.IsDefault})
+	}
+	return out
+}
+
+// oneTopic finds name's result in an answer about one topic.
+func oneTopic[T any](ts []T, name string, nameOf func(T) string) (T, error) {
+	for _, t := range ts {
+		if nameOf(t) == name {
+			return t, nil
+		}
+	}
+	var zero T
+	return zero, rerr.New(runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, "answer without a result for topic %q", name)
+}
+
+// listOffsets resolves spec with a ListOffsets call to the partition's leader. retryPartition also
+// retries retriable per-partition errors (UNKNOWN_TOPIC_OR_PARTITION of a topic just created), within
+// the request timeout; otherwise they are returned at once. A time with no record at or after it
+// resolves to offset -1 for Admin, and to the high watermark for a consumer (retryPartition set).
+func listOffsets(ctx context.Context, cl *cluster, topic string, partition int32, spec Offset, retryPartition bool) (int64, int64, error) {
+	lp := &runnelv1.ListOffsetsPartition{Topic: topic, Partition: partition}
+	switch spec.kind {
+	case offsetExact:
+		return spec.at, -1, nil
+	case offsetEarliest:
+		lp.Spec = runnelv1.OffsetSpec_EARLIEST
+	case offsetLatest:
+		lp.Spec = runnelv1.OffsetSpec_LATEST
+	case offsetTime:
+		lp.Spec, lp.Timestamp = runnelv1.OffsetSpec_TIMESTAMP, spec.at
+	}
+	var res *runnelv1.ListOffsetsPartitionResult
+	err := cl.retry(ctx, func(ctx context.Context) error {
+		leader := cl.leader(topic, partition)
+		if leader < 0 {
+			_, _ = cl.metadata(ctx, []string{topic}) // best effort: any broker can be asked
+			leader = cl.leader(topic, partition)
+		}
+		cc, err := cl.nodeConn(leader)
+		if err != nil {
+			return err
+		}
+		resp, err := runnelv1.NewRecordsClient(cc).ListOffsets(ctx, &runnelv1.ListOffsetsRequest{Partitions: []*runnelv1.ListOffsetsPartition{lp}})
+		if err != nil {
+			return wireErr(err)
+		}
+		for _, r := range resp.Partitions {
+			if r.Topic == topic && r.Partition == partition {
+				if err := rerr.FromInfo(r.Error); err != nil {
+					if !retryPartition || !retriable(err) {
+						return final{err}
+					}
+					_, _ = cl.metadata(ctx, []string{topic}) // the leader may have moved
+					return err
+				}
+				res = r
+				return nil
+			}
+		}
+		return rerr.New(runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, "ListOffsets answer without %s-%d", topic, partition)
+	})
+	if err != nil {
+		return -1, -1, fmt.Errorf("list offsets of %s-%d (%v): %w", topic, partition, spec, unfinal(err))
+	}
+	if spec.kind == offsetTime && res.Offset < 0 && retryPartition {
+		return listOffsets(ctx, cl, topic, partition, OffsetLatest(), retryPartition)
+	}
+	return res.Offset, res.Timestamp, nil
+}

@@ -1,0 +1,347 @@
+package batch
+
+import (
+	"encoding/binary"
+	"math"
+	"math/bits"
+
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/api/rerr"
+)
+
+// Record layout inside a batch (Kafka's v2 record, all integers zig-zag varints as protobuf's sint):
+//
+//	length          varint  bytes after this field
+//	attributes      int8    unused, 0
+//	timestampDelta  varlong ms from the batch's baseTimestamp
+//	offsetDelta     varint  from the batch's baseOffset
+//	keyLength       varint  -1 for a null key
+//	key             bytes
+//	valueLength     varint  -1 for a null value (a tombstone)
+//	value           bytes
+//	headerCount     varint
+//	headers         keyLength varint, key bytes, valueLength varint (-1: null), value bytes
+
+// RecordHeader is one record header: a string key and a nullable value, as in Kafka.
+type RecordHeader struct {
+	Key   string
+	Value []byte
+}
+
+// Record is one record decoded from a batch. Key, Value and header values alias the bytes passed to
+// DecodeRecords (or a buffer decompressed for that call) and stay valid as long as those bytes do; nil
+// means null on the wire (a nil Value is a tombstone).
+type Record struct {
+	Offset      int64 // absolute: the batch's baseOffset + the record's offsetDelta
+	Timestamp   int64 // ms since the Unix epoch; the batch's maxTimestamp for LogAppendTime batches
+	Key, Value  []byte
+	Headers     []RecordHeader
+	LeaderEpoch int32 // partitionLeaderEpoch of the batch (-1 before the broker stamps it)
+	ProducerID  int64 // -1 for non-idempotent producers
+	// Control marks a transaction marker of a control batch; Key holds the marker's version and type.
+	// Applications normally skip control records.
+	Control bool
+	// Transactional marks records written inside a transaction.
+	Transactional bool
+}
+
+// minRecordSize is the smallest encoding of a record: a one-byte varint for each of length, timestamp
+// delta, offset delta, key length, value length and header count, plus attributes. It bounds how many
+// records a record area can hold, so untrusted counts never size an allocation.
+const minRecordSize = 7
+
+// varintLen returns the size of v as a zig-zag varint (encoding/binary.AppendVarint).
+func varintLen(v int64) int {
+	u := uint64(v<<1) ^ uint64(v>>63)
+	return (bits.Len64(u|1) + 6) / 7
+}
+
+// bytesLen returns the size of a nullable byte field: its varint length then the bytes.
+func bytesLen(b []byte) int {
+	if b == nil {
+		return 1 // varint -1
+	}
+	return varintLen(int64(len(b))) + len(b)
+}
+
+func recordBodyLen(tsDelta int64, offsetDelta int32, key, value []byte, headers []RecordHeader) int {
+	n := 1 + varintLen(tsDelta) + varintLen(int64(offsetDelta)) + bytesLen(key) + bytesLen(value) + varintLen(int64(len(headers)))
+	for i := range headers {
+		h := &headers[i]
+		n += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value)
+	}
+	return n
+}
+
+// RecordSize returns an upper bound of the encoded size of a record with this key, value and headers in
+// any batch (it assumes the largest timestamp and offset deltas a producer writes). Producers use it to
+// account buffered bytes before a record is placed in a batch.
+func RecordSize(key, value []byte, headers []RecordHeader) int {
+	n := recordBodyLen(0, 0, key, value, headers) + 4 + 9 // offset delta up to 5 bytes, timestamp delta up to 10
+	return varintLen(int64(n)) + n
+}
+
+// Builder accumulates records into one RecordBatch v2. Records are encoded as they are appended, straight
+// into the batch buffer; Build then compresses the record area and fills the header. A Builder is reused
+// with Reset, keeping its buffers, so a producer that pools Builders allocates nothing per record.
+//
+// The zero Builder is ready to use. A Builder is not safe for concurrent use.
+type Builder struct {
+	buf    []byte // HeaderSize bytes of header space, then the encoded records
+	out    []byte // the built batch when compressed
+	count  int32
+	baseTs int64
+	maxTs  int64
+	built  bool
+}
+
+// Reset empties the builder for a new batch, keeping its buffers.
+func (b *Builder) Reset() {
+	if cap(b.buf) < HeaderSize {
+		b.buf = make([]byte, HeaderSize, 4096)
+	}
+	b.buf = b.buf[:HeaderSize]
+	b.out = b.out[:0]
+	b.count, b.baseTs, b.maxTs, b.built = 0, 0, 0, false
+}
+
+// Len returns the number of records appended since the last Reset.
+func (b *Builder) Len() int { return int(b.count) }
+
+// Size returns the uncompressed size in bytes of the batch built so far (header included); an empty
+// Builder has size HeaderSize.
+func (b *Builder) Size() int {
+	if len(b.buf) < HeaderSize {
+		return HeaderSize
+	}
+	return len(b.buf)
+}
+
+// RecordSize returns the exact number of bytes appending this record would add to the batch.
+func (b *Builder) RecordSize(ts int64, key, value []byte, headers []RecordHeader) int {
+	delta := int64(0)
+	if b.count > 0 {
+		delta = ts - b.baseTs
+	}
+	n := recordBodyLen(delta, b.count, key, value, headers)
+	return varintLen(int64(n)) + n
+}
+
+// Append encodes one record at the end of the batch and returns its encoded size. ts is the record's
+// timestamp in ms since the Unix epoch; the first record's becomes the batch's baseTimestamp. A nil key
+// or value is encoded as null (a nil value is a tombstone). Appending after Build starts a new batch.
+func (b *Builder) Append(ts int64, key, value []byte, headers []RecordHeader) int {
+	if b.built || len(b.buf) < HeaderSize {
+		b.Reset()
+	}
+	if b.count == 0 {
+		b.baseTs, b.maxTs = ts, ts
+	} else if ts > b.maxTs {
+		b.maxTs = ts
+	}
+	delta := ts - b.baseTs
+	bodyLen := recordBodyLen(delta, b.count, key, value, headers)
+	start := len(b.buf)
+	buf := b.buf
+	buf = binary.AppendVarint(buf, int64(bodyLen))
+	buf = append(buf, 0) // attributes
+	buf = binary.AppendVarint(buf, delta)
+	buf = binary.AppendVarint(buf, int64(b.count))
+	buf = appendNullableBytes(buf, key)
+	buf = appendNullableBytes(buf, value)
+	buf = binary.AppendVarint(buf, int64(len(headers)))
+	for i := range headers {
+		h := &headers[i]
+		buf = binary.AppendVarint(buf, int64(len(h.Key)))
+		buf = append(buf, h.Key...)
+		buf = appendNullableBytes(buf, h.Value)
+	}
+	b.buf = buf
+	b.count++
+	return len(buf) - start
+}
+
+func appendNullableBytes(dst, b []byte) []byte {
+	if b == nil {
+		return append(dst, 1) // zig-zag -1
+	}
+	dst = binary.AppendVarint(dst, int64(len(b)))
+	return append(dst, b...)
+}
+
+// Build returns the finished batch: records compressed with c as a whole (Kafka's format), header filled
+// (magic 2, baseOffset 0, partitionLeaderEpoch -1, producerId -1, producerEpoch -1, baseSequence -1,
+// timestamps, lastOffsetDelta, recordCount, length) and its CRC-32C. When compression does not make the
+// record area smaller the batch is sent uncompressed, which every reader accepts.
+//
+// The returned bytes belong to the Builder and stay valid until its next Reset or Append; Build may be
+// called again (with the same or another codec) until then. A Builder without records builds a batch
+// with recordCount 0, which brokers refuse. Build panics on a codec outside CompressionNone..Zstd, a
+// programming error the producer's options rule out.
+func (b *Builder) Build(c Compression) []byte {
+	if len(b.buf) < HeaderSize {
+		b.Reset()
+	}
+	b.built = true
+	out := b.buf
+	attrs := int16(0)
+	if c != CompressionNone && b.count > 0 {
+		b.out = compress(c, append(b.out[:0], b.buf[:HeaderSize]...), b.buf[HeaderSize:])
+		if len(b.out) < len(b.buf) {
+			out = b.out
+			attrs = int16(c)
+		}
+	}
+	lastDelta := b.count - 1
+	if lastDelta < 0 {
+		lastDelta = 0
+	}
+	be := binary.BigEndian
+	be.PutUint64(out[0:], 0)
+	be.PutUint32(out[8:], uint32(len(out)-lengthFieldEnd))
+	be.PutUint32(out[12:], math.MaxUint32) // partitionLeaderEpoch -1
+	out[16] = Magic
+	be.PutUint16(out[21:], uint16(attrs))
+	be.PutUint32(out[23:], uint32(lastDelta))
+	be.PutUint64(out[27:], uint64(b.baseTs))
+	be.PutUint64(out[35:], uint64(b.maxTs))
+	be.PutUint64(out[43:], math.MaxUint64) // producerId -1
+	be.PutUint16(out[51:], math.MaxUint16) // producerEpoch -1
+	be.PutUint32(out[53:], math.MaxUint32) // baseSequence -1
+	be.PutUint32(out[57:], uint32(b.count))
+	be.PutUint32(out[17:], Checksum(out))
+	return out
+}
+
+func corrupt(format string, args ...any) error {
+	return rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, format, args...)
+}
+
+// DecodeRecords decodes the batch at the start of b and calls fn with each record in order. It is
+// DecodeBatch without the header; see there.
+func DecodeRecords(b []byte, fn func(Record) error) error {
+	_, err := DecodeBatch(b, fn)
+	return err
+}
+
+// DecodeBatch validates the batch at the start of b (Validate: header, CRC, framing), decompresses its
+// records (at most MaxUncompressedSize bytes) and calls fn with each record in order; bytes after the
+// batch are ignored, and the batch is b[:h.Size()]. Offsets are absolute (baseOffset+offsetDelta);
+// timestamps are baseTimestamp+timestampDelta, or the batch's maxTimestamp when the broker stamped it
+// with LogAppendTime. Records of control batches are reported with Control set.
+//
+// b is untrusted: DecodeBatch never panics and never sizes an allocation from an unchecked length. A
+// malformed batch returns an error matching rerr.ErrCorruptMessage (errors.Is) that says what is wrong,
+// after fn has seen the records before the damage; another magic returns rerr.ErrUnsupportedForFormat.
+// An error from fn stops the walk and is returned as it is.
+func DecodeBatch(b []byte, fn func(Record) error) (Header, error) {
+	h, err := Validate(b)
+	if err != nil {
+		return h, err
+	}
+	area := b[HeaderSize:h.Size()]
+	if c := h.Compression(); c != CompressionNone {
+		if area, err = decompress(c, area); err != nil {
+			return h, err
+		}
+	}
+	rec := Record{
+		LeaderEpoch:   h.PartitionLeaderEpoch,
+		ProducerID:    h.ProducerID,
+		Control:       h.IsControl(),
+		Transactional: h.IsTransactional(),
+	}
+	logAppend := h.Attributes&AttrLogAppendTime != 0
+	pos := 0
+	for i := int32(0); i < h.RecordCount; i++ {
+		n, w := binary.Varint(area[pos:])
+		if w <= 0 || n < minRecordSize-1 || n > int64(len(area)-pos-w) {
+			return h, corrupt("record %d of %d at byte %d has a bad length", i, h.RecordCount, pos)
+		}
+		body := area[pos+w : pos+w+int(n)]
+		pos += w + int(n)
+		tsDelta, offDelta, msg := decodeRecord(body, &rec)
+		if msg != "" {
+			return h, corrupt("record %d of %d: %s", i, h.RecordCount, msg)
+		}
+		rec.Offset = h.BaseOffset + int64(offDelta)
+		if logAppend {
+			rec.Timestamp = h.MaxTimestamp
+		} else {
+			rec.Timestamp = h.BaseTimestamp + tsDelta
+		}
+		if err := fn(rec); err != nil {
+			return h, err
+		}
+	}
+	if pos != len(area) {
+		return h, corrupt("%d bytes after the last of %d records", len(area)-pos, h.RecordCount)
+	}
+	return h, nil
+}
+
+// decodeRecord parses one record body (after its length) into r's key, value and headers, and returns
+// its timestamp and offset deltas, or what is wrong with it. Headers get a fresh slice each time, since
+// callers keep them.
+func decodeRecord(body []byte, r *Record) (tsDelta int64, offDelta int32, problem string) {
+	pos := 1 // attributes, unused
+	tsDelta, w := binary.Varint(body[pos:])
+	if w <= 0 {
+		return 0, 0, "bad timestamp delta"
+	}
+	pos += w
+	od, w := binary.Varint(body[pos:])
+	if w <= 0 || od < 0 || od > math.MaxInt32 {
+		return 0, 0, "bad offset delta"
+	}
+	pos += w
+	if r.Key, pos, problem = readNullable(body, pos, "key"); problem != "" {
+		return 0, 0, problem
+	}
+	if r.Value, pos, problem = readNullable(body, pos, "value"); problem != "" {
+		return 0, 0, problem
+	}
+	nh, w := binary.Varint(body[pos:])
+	if w <= 0 || nh < 0 || nh > int64(len(body)-pos-w)/2 { // a header takes at least 2 bytes
+		return 0, 0, "bad header count"
+	}
+	pos += w
+	r.Headers = nil
+	if nh > 0 {
+		hs := make([]RecordHeader, nh)
+		for i := range hs {
+			kl, w := binary.Varint(body[pos:])
+			if w <= 0 || kl < 0 || kl > int64(len(body)-pos-w) {
+				return 0, 0, "bad header key length"
+			}
+			pos += w
+			hs[i].Key = string(body[pos : pos+int(kl)])
+			pos += int(kl)
+			if hs[i].Value, pos, problem = readNullable(body, pos, "header value"); problem != "" {
+				return 0, 0, problem
+			}
+		}
+		r.Headers = hs
+	}
+	if pos != len(body) {
+		return 0, 0, "bytes left over after the headers"
+	}
+	return tsDelta, int32(od), ""
+}
+
+// readNullable reads a varint length (-1: null) and that many bytes at body[pos:].
+func readNullable(body []byte, pos int, what string) ([]byte, int, string) {
+	if pos >= len(body) {
+		return nil, pos, "record ends before its " + what
+	}
+	l, w := binary.Varint(body[pos:])
+	if w <= 0 || l < -1 || l > int64(len(body)-pos-w) {
+		return nil, pos, "bad " + what + " length"
+	}
+	pos += w
+	if l == -1 {
+		return nil, pos, ""
+	}
+	end := pos + int(l)
+	return body[pos:end:end], end, ""
+}

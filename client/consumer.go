@@ -1,0 +1,599 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"time"
+
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/api/rerr"
+	"github.com/runnel-io/runnel/client/batch"
+)
+
+// Consumer reads explicitly assigned partitions (consumer groups come later). Safe for concurrent use,
+// though one goroutine calling Poll is the normal shape.
+//
+// A fetch goroutine per broker long-polls Fetch for the assigned partitions that broker leads and
+// decodes the answers, while the application handles what Poll returned before: each partition has at
+// most one decoded answer waiting, so the buffer is bounded (by the fetch max bytes per broker) and the
+// next fetch of a partition is in flight while the application processes the previous one.
+type Consumer struct {
+	cfg consumerConfig
+	cl  *cluster
+
+	mu       sync.Mutex
+	parts    map[tp]*cpart
+	ready    []*fetched    // decoded answers waiting for Poll, in arrival order
+	readyCh  chan struct{} // signalled when ready grows
+	fetchers map[int32]*fetcher
+	nerr     int // partitions holding an error for Poll
+	closed   bool
+
+	metaMu   sync.Mutex
+	lastMeta time.Time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// cpart is one assigned partition.
+type cpart struct {
+	tp
+	position    int64  // next offset Poll returns
+	fetchOffset int64  // next offset to fetch (ahead of position by what is buffered or in flight)
+	epoch       uint64 // bumped by Seek and Assign: answers to older fetches are dropped
+	hw          int64
+	leader      int32
+	err         error // returned by Poll until Seek
+	inflight    bool
+	buffered    bool
+	retryAt     time.Time
+	attempts    int
+}
+
+// fetched is one partition's decoded share of a fetch answer.
+type fetched struct {
+	p     *cpart
+	epoch uint64
+	recs  []*Record
+	next  int64 // position after these records (after the last batch, control records included)
+}
+
+// fetcher long-polls one broker.
+type fetcher struct {
+	c      *Consumer
+	node   int32
+	wakeCh chan struct{}
+
+	mu          sync.Mutex
+	cancel      context.CancelFunc // of the fetch in flight
+	interrupted bool
+}
+
+// NewConsumer returns a consumer for the cluster reachable at brokers. It validates the options and
+// connects lazily.
+func NewConsumer(brokers []string, opts ...ConsumerOption) (*Consumer, error) {
+	cfg, err := newConsumerConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := newCluster(brokers, cfg.common)
+	if err != nil {
+		return nil, err
+	}
+	c := &Consumer{cfg: cfg, cl: cl, parts: map[tp]*cpart{}, readyCh: make(chan struct{}, 1), fetchers: map[int32]*fetcher{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Assign starts reading topic's partition from the given offset, resolving earliest, latest and time
+// offsets with ListOffsets first (retrying retriable errors within the request timeout, so a topic just
+// created is found). Assigning a partition again moves it, as Seek does. Records of the partition come
+// from Poll in offset order.
+func (c *Consumer) Assign(topic string, partition int32, from Offset) error {
+	if topic == "" || partition < 0 {
+		return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "assign of topic %q partition %d", topic, partition)
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	off, _, err := listOffsets(c.ctx, c.cl, topic, partition, from, true)
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return err
+	}
+	leader := c.cl.leader(topic, partition)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	key := tp{topic, partition}
+	p := c.parts[key]
+	if p == nil {
+		p = &cpart{tp: key, hw: -1, leader: leader}
+		c.parts[key] = p
+	}
+	c.resetLocked(p, off)
+	f := c.fetcherLocked(p.leader)
+	c.mu.Unlock()
+	f.interrupt()
+	return nil
+}
+
+// Unassign stops reading a partition and drops what was fetched of it. Unknown partitions are ignored.
+func (c *Consumer) Unassign(topic string, partition int32) {
+	c.mu.Lock()
+	p := c.parts[tp{topic, partition}]
+	if p == nil {
+		c.mu.Unlock()
+		return
+	}
+	c.resetLocked(p, p.position)
+	delete(c.parts, p.tp)
+	f := c.fetchers[p.leader]
+	c.mu.Unlock()
+	if f != nil {
+		f.interrupt()
+	}
+}
+
+// Seek makes the next records Poll returns for the partition start at offset (a later Poll returns
+// OFFSET_OUT_OF_RANGE if it is outside the log). It clears an error the partition held. Records
+// fetched before are dropped. A partition that is not assigned is ignored.
+func (c *Consumer) Seek(topic string, partition int32, offset int64) {
+	c.mu.Lock()
+	p := c.parts[tp{topic, partition}]
+	if p == nil {
+		c.mu.Unlock()
+		return
+	}
+	c.resetLocked(p, offset)
+	f := c.fetchers[p.leader]
+	c.mu.Unlock()
+	if f != nil {
+		f.interrupt()
+	}
+}
+
+// resetLocked moves p to offset, dropping what was fetched for it.
+func (c *Consumer) resetLocked(p *cpart, offset int64) {
+	p.position, p.fetchOffset = offset, offset
+	p.epoch++
+	if p.err != nil {
+		p.err = nil
+		c.nerr--
+	}
+	p.retryAt, p.attempts = time.Time{}, 0
+	if p.buffered {
+		kept := c.ready[:0]
+		for _, fp := range c.ready {
+			if fp.p != p {
+				kept = append(kept, fp)
+			}
+		}
+		clear(c.ready[len(kept):])
+		c.ready = kept
+		p.buffered = false
+	}
+}
+
+// Position returns the offset of the next record Poll returns for the partition, or -1 if it is not
+// assigned.
+func (c *Consumer) Position(topic string, partition int32) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.parts[tp{topic, partition}]; p != nil {
+		return p.position
+	}
+	return -1
+}
+
+// HighWatermark returns the partition's high watermark from the latest fetch answer (the offset after
+// the last record a consumer can read), or -1 before the first answer or if it is not assigned. Lag is
+// HighWatermark - Position.
+func (c *Consumer) HighWatermark(topic string, partition int32) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.parts[tp{topic, partition}]; p != nil {
+		return p.hw
+	}
+	return -1
+}
+
+// Poll returns the records fetched since the last call, each partition's in offset order from its
+// position (records below it, which a fetch returns when they share a batch with it, and control
+// records are skipped). It blocks until there is at least one record or ctx ends (returning ctx.Err()).
+//
+// A partition that failed in a way retrying cannot fix (OFFSET_OUT_OF_RANGE when its position left the
+// log, a corrupt batch) makes Poll return a *PartitionError naming it, on every call, until Seek,
+// Assign or Unassign of that partition; the other partitions wait meanwhile, as in Kafka. After Close,
+// Poll returns ErrClosed.
+func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if c.nerr > 0 {
+			for _, p := range c.parts {
+				if p.err != nil {
+					err := &PartitionError{Topic: p.topic, Partition: p.partition, Err: p.err}
+					c.mu.Unlock()
+					return nil, err
+				}
+			}
+		}
+		var out []*Record
+		if len(c.ready) > 0 {
+			woken := map[int32]bool{}
+			for _, fp := range c.ready {
+				p := fp.p
+				if c.parts[p.tp] != p || fp.epoch != p.epoch {
+					continue
+				}
+				p.buffered = false
+				recs := fp.recs
+				for len(recs) > 0 && recs[0].Offset < p.position {
+					recs = recs[1:]
+				}
+				out = append(out, recs...)
+				if fp.next > p.position {
+					p.position = fp.next
+				}
+				if f := c.fetchers[p.leader]; f != nil && !woken[p.leader] {
+					woken[p.leader] = true
+					f.wake() // its partition may be fetched again
+				}
+			}
+			clear(c.ready)
+			c.ready = c.ready[:0]
+		}
+		c.mu.Unlock()
+		if len(out) > 0 {
+			return out, nil
+		}
+		select {
+		case <-c.readyCh:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// Close stops the fetch goroutines and closes the connections. Poll then returns ErrClosed.
+func (c *Consumer) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	return c.cl.close()
+}
+
+// fetcherLocked returns the fetcher of broker node, starting it on first use.
+func (c *Consumer) fetcherLocked(node int32) *fetcher {
+	f := c.fetchers[node]
+	if f == nil {
+		f = &fetcher{c: c, node: node, wakeCh: make(chan struct{}, 1)}
+		c.fetchers[node] = f
+		c.wg.Add(1)
+		go f.run()
+	}
+	return f
+}
+
+func (f *fetcher) wake() {
+	select {
+	case f.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// interrupt cancels the fetch in flight (its answer would be dropped anyway, after a Seek) and wakes the
+// fetcher, so a moved or new partition is fetched at once rather than after the long poll.
+func (f *fetcher) interrupt() {
+	f.mu.Lock()
+	if f.cancel != nil {
+		f.interrupted = true
+		f.cancel()
+	}
+	f.mu.Unlock()
+	f.wake()
+}
+
+type fetchItem struct {
+	p      *cpart
+	epoch  uint64
+	offset int64
+}
+
+func (f *fetcher) run() {
+	defer f.c.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		items, next := f.c.collectFetch(f.node, time.Now())
+		if len(items) > 0 {
+			f.fetch(items)
+			continue
+		}
+		var tc <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+			tc = timer.C
+		}
+		select {
+		case <-f.wakeCh:
+		case <-tc:
+		case <-f.c.ctx.Done():
+			return
+		}
+	}
+}
+
+// collectFetch picks the partitions node leads that may be fetched now (no fetch in flight, nothing
+// waiting for Poll, no error, no backoff) and marks them in flight. It also returns when a backoff ends.
+func (c *Consumer) collectFetch(node int32, now time.Time) ([]fetchItem, time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var items []fetchItem
+	var next time.Time
+	for _, p := range c.parts {
+		if p.leader != node || p.inflight || p.buffered || p.err != nil {
+			continue
+		}
+		if now.Before(p.retryAt) {
+			next = earliest(next, p.retryAt)
+			continue
+		}
+		p.inflight = true
+		items = append(items, fetchItem{p: p, epoch: p.epoch, offset: p.fetchOffset})
+	}
+	return items, next
+}
+
+// fetch runs one long poll for items and hands the decoded answer to Poll.
+func (f *fetcher) fetch(items []fetchItem) {
+	c := f.c
+	cfg := &c.cfg
+	req := &runnelv1.FetchRequest{
+		MaxWaitMs: int32(cfg.fetchMaxWait / time.Millisecond),
+		MinBytes:  cfg.fetchMinBytes,
+		MaxBytes:  cfg.fetchMaxBytes,
+	}
+	for _, it := range items {
+		req.Partitions = append(req.Partitions, &runnelv1.FetchPartition{Topic: it.p.topic, Partition: it.p.partition,
+			FetchOffset: it.offset, PartitionMaxBytes: cfg.partitionMaxBytes})
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, cfg.fetchMaxWait+cfg.common.requestTimeout)
+	f.mu.Lock()
+	f.cancel = cancel
+	f.mu.Unlock()
+	var resp *runnelv1.FetchResponse
+	cc, err := c.cl.nodeConn(f.node)
+	if err == nil {
+		resp, err = runnelv1.NewRecordsClient(cc).Fetch(ctx, req)
+		err = wireErr(err)
+	}
+	cancel()
+	f.mu.Lock()
+	interrupted := f.interrupted
+	f.cancel, f.interrupted = nil, false
+	f.mu.Unlock()
+
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return
+		}
+		if interrupted {
+			err = nil // dropped on purpose; fetch again
+		}
+		c.mu.Lock()
+		for _, it := range items {
+			it.p.inflight = false
+			if err != nil && it.p.epoch == it.epoch {
+				c.failLocked(it.p, err)
+			}
+		}
+		c.mu.Unlock()
+		if err != nil && retriable(err) {
+			c.refreshLeaders()
+		}
+		return
+	}
+
+	// Decode outside the lock: this is the work that overlaps the application's.
+	type outcome struct {
+		recs []*Record
+		next int64
+		err  error
+		hw   int64
+	}
+	outs := make([]outcome, len(items))
+	for i, it := range items {
+		var res *runnelv1.FetchPartitionResult
+		if i < len(resp.Partitions) && resp.Partitions[i].Topic == it.p.topic && resp.Partitions[i].Partition == it.p.partition {
+			res = resp.Partitions[i]
+		} else {
+			for _, r := range resp.Partitions {
+				if r.Topic == it.p.topic && r.Partition == it.p.partition {
+					res = r
+					break
+				}
+			}
+		}
+		o := &outs[i]
+		o.next, o.hw = it.offset, -1
+		if res == nil {
+			continue // not answered this time (the answer was full): fetch again
+		}
+		o.hw = res.HighWatermark
+		if o.err = rerr.FromInfo(res.Error); o.err != nil {
+			continue
+		}
+		o.recs, o.next, o.err = decodeFetched(res.Records, it.p.topic, it.p.partition, it.offset)
+	}
+
+	refresh := false
+	c.mu.Lock()
+	added := false
+	for i, it := range items {
+		p, o := it.p, outs[i]
+		p.inflight = false
+		if c.parts[p.tp] != p || p.epoch != it.epoch {
+			continue // moved or unassigned while in flight
+		}
+		if o.hw >= 0 {
+			p.hw = o.hw
+		}
+		if len(o.recs) > 0 || o.next > it.offset {
+			p.fetchOffset = o.next
+			p.attempts = 0
+			c.ready = append(c.ready, &fetched{p: p, epoch: it.epoch, recs: o.recs, next: o.next})
+			p.buffered = true
+			added = true
+			if o.err != nil {
+				// Records before a damaged batch are delivered; the next fetch starts at the damage
+				// and reports it.
+				continue
+			}
+		}
+		if o.err != nil {
+			c.failLocked(p, o.err)
+			refresh = refresh || retriable(o.err)
+		}
+	}
+	c.mu.Unlock()
+	if added {
+		select {
+		case c.readyCh <- struct{}{}:
+		default:
+		}
+	}
+	if refresh {
+		c.refreshLeaders()
+	}
+}
+
+// failLocked handles a partition's fetch error: retriable ones back off and retry (after a metadata
+// refresh); others are kept for Poll to return until Seek.
+func (c *Consumer) failLocked(p *cpart, err error) {
+	if retriable(err) && !errors.Is(err, rerr.ErrCorruptMessage) {
+		p.retryAt = time.Now().Add(c.cl.backoff(p.attempts))
+		p.attempts++
+		c.cfg.common.logger.Debug("fetch will be retried", "topic", p.topic, "partition", p.partition, "err", err)
+		return
+	}
+	if p.err == nil {
+		c.nerr++
+	}
+	p.err = err
+	select {
+	case c.readyCh <- struct{}{}: // wake Poll to return it
+	default:
+	}
+}
+
+// refreshLeaders re-reads metadata of the assigned topics (at most once per retry backoff) and moves
+// partitions whose leader changed to that broker's fetcher.
+func (c *Consumer) refreshLeaders() {
+	c.metaMu.Lock()
+	if time.Since(c.lastMeta) < c.cfg.common.retryBackoff {
+		c.metaMu.Unlock()
+		return
+	}
+	c.lastMeta = time.Now()
+	c.metaMu.Unlock()
+	c.mu.Lock()
+	seen := map[string]bool{}
+	var topics []string
+	for k := range c.parts {
+		if !seen[k.topic] {
+			seen[k.topic] = true
+			topics = append(topics, k.topic)
+		}
+	}
+	c.mu.Unlock()
+	if len(topics) == 0 {
+		return
+	}
+	if _, err := c.cl.metadata(c.ctx, topics); err != nil {
+		return
+	}
+	c.mu.Lock()
+	var wake []*fetcher
+	for _, p := range c.parts {
+		if l := c.cl.leader(p.topic, p.partition); l != p.leader && l >= 0 && !p.inflight {
+			p.leader = l
+			wake = append(wake, c.fetcherLocked(l))
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range wake {
+		f.wake()
+	}
+}
+
+// decodeFetched decodes the batches of one partition's fetch answer into records at or after from,
+// skipping control records. It returns the offset after the last whole batch. A trailing batch cut short
+// (a broker may end an answer mid-batch) is left for the next fetch; damage anywhere else is an error,
+// returned with the records before it.
+func decodeFetched(b []byte, topic string, partition int32, from int64) ([]*Record, int64, error) {
+	var recs []Record
+	next := from
+	for len(b) > 0 {
+		if next > from && (len(b) < batch.HeaderSize || int64(binary.BigEndian.Uint32(b[8:]))+12 > int64(len(b))) {
+			break
+		}
+		kept := len(recs)
+		h, err := batch.DecodeBatch(b, func(br batch.Record) error {
+			if br.Control || br.Offset < from {
+				return nil
+			}
+			recs = append(recs, Record{Topic: topic, Partition: partition, Offset: br.Offset, Timestamp: time.UnixMilli(br.Timestamp),
+				Key: br.Key, Value: br.Value, Headers: br.Headers, LeaderEpoch: br.LeaderEpoch})
+			return nil
+		})
+		if err != nil {
+			// Drop the damaged batch's records: they are returned (or not) when it is fetched again.
+			return pointers(recs[:kept]), next, err
+		}
+		next = max(next, h.NextOffset())
+		b = b[h.Size():]
+	}
+	return pointers(recs), next, nil
+}
+
+// pointers returns pointers into recs, which is never appended to again, so they stay valid (one
+// allocation per answer instead of one per record).
+func pointers(recs []Record) []*Record {
+	if len(recs) == 0 {
+		return nil
+	}
+	out := make([]*Record, len(recs))
+	for i := range recs {
+		out[i] = &recs[i]
+	}
+	return out
+}

@@ -1,0 +1,410 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/runnel-io/runnel/client/batch"
+	"google.golang.org/grpc"
+)
+
+// Options follow franz-go's kgo.Opt idiom: each With... function returns an option that one or more of
+// NewProducer, NewConsumer and NewAdmin accept, documented with its default and the Kafka property it
+// mirrors. Constructors apply all options, then validate the result once and return an error naming the
+// option at fault; nothing is checked again on the hot path.
+
+// Option configures every kind of client: Producer, Consumer and Admin.
+type Option interface {
+	ProducerOption
+	ConsumerOption
+	AdminOption
+}
+
+// ProducerOption configures NewProducer.
+type ProducerOption interface{ applyProducer(*producerConfig) }
+
+// ConsumerOption configures NewConsumer.
+type ConsumerOption interface{ applyConsumer(*consumerConfig) }
+
+// AdminOption configures NewAdmin.
+type AdminOption interface{ applyAdmin(*adminConfig) }
+
+// commonConfig holds what every client shares: how it dials, identifies itself, times out and retries.
+type commonConfig struct {
+	clientID        string
+	requestTimeout  time.Duration
+	retryBackoff    time.Duration
+	retryBackoffMax time.Duration
+	metadataMaxAge  time.Duration
+	logger          *slog.Logger
+	dialOptions     []grpc.DialOption
+	errs            []error // problems found while applying options, reported by validate
+}
+
+func defaultCommon() commonConfig {
+	return commonConfig{
+		clientID:        "runnel-go",
+		requestTimeout:  30 * time.Second,
+		retryBackoff:    100 * time.Millisecond,
+		retryBackoffMax: time.Second,
+		metadataMaxAge:  5 * time.Minute,
+		logger:          slog.New(slog.DiscardHandler),
+	}
+}
+
+func (c *commonConfig) validate() error {
+	var errs []error
+	errs = append(errs, c.errs...)
+	if c.requestTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("WithRequestTimeout(%v): must be positive", c.requestTimeout))
+	}
+	if c.retryBackoff <= 0 || c.retryBackoffMax < c.retryBackoff {
+		errs = append(errs, fmt.Errorf("WithRetryBackoff(%v, %v): need 0 < min <= max", c.retryBackoff, c.retryBackoffMax))
+	}
+	if c.metadataMaxAge <= 0 {
+		errs = append(errs, fmt.Errorf("WithMetadataMaxAge(%v): must be positive", c.metadataMaxAge))
+	}
+	if c.logger == nil {
+		errs = append(errs, errors.New("WithLogger(nil): pass a logger, or leave the option out to log nothing"))
+	}
+	return errors.Join(errs...)
+}
+
+// commonOpt is an Option: it sets the shared part of any client's config.
+type commonOpt func(*commonConfig)
+
+func (o commonOpt) applyProducer(c *producerConfig) { o(&c.common) }
+func (o commonOpt) applyConsumer(c *consumerConfig) { o(&c.common) }
+func (o commonOpt) applyAdmin(c *adminConfig)       { o(&c.common) }
+
+// WithClientID names the client to brokers (sent as the gRPC user agent), for their logs and metrics.
+// Default "runnel-go". Kafka: client.id.
+func WithClientID(id string) Option {
+	return commonOpt(func(c *commonConfig) { c.clientID = id })
+}
+
+// WithRequestTimeout bounds each request: a produce request unanswered for this long (plus a grace for
+// the broker's own answer, since it is also sent as the request's timeout_ms) breaks its stream and is
+// retried; an admin or metadata call, retries included, gives up after it. Default 30s. Kafka:
+// request.timeout.ms.
+func WithRequestTimeout(d time.Duration) Option {
+	return commonOpt(func(c *commonConfig) { c.requestTimeout = d })
+}
+
+// WithRetryBackoff sets the wait before retrying a retriable error: it starts at min and doubles per
+// attempt up to max, with ±20% jitter so clients do not retry in lockstep. Defaults 100ms and 1s. Kafka:
+// retry.backoff.ms and retry.backoff.max.ms.
+func WithRetryBackoff(min, max time.Duration) Option {
+	return commonOpt(func(c *commonConfig) { c.retryBackoff, c.retryBackoffMax = min, max })
+}
+
+// WithMetadataMaxAge sets how often cached metadata (partition counts and leaders) is refreshed even
+// without an error asking for it, so new partitions are noticed. Default 5m. Kafka: metadata.max.age.ms.
+func WithMetadataMaxAge(d time.Duration) Option {
+	return commonOpt(func(c *commonConfig) { c.metadataMaxAge = d })
+}
+
+// WithLogger sets where the client logs what it does not return as an error (reconnects, retries).
+// Default: nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return commonOpt(func(c *commonConfig) { c.logger = l })
+}
+
+// WithDialOptions adds gRPC dial options to every connection the client opens (TLS credentials,
+// interceptors, keepalive). They are applied after the client's own (plaintext, 128 MiB message caps),
+// so they override them. Default none. Note that the node refuses keepalive pings more often than every
+// 10s.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return commonOpt(func(c *commonConfig) { c.dialOptions = append(c.dialOptions, opts...) })
+}
+
+// Producer options.
+
+// Acks says when a produce request counts as written (Kafka's acks). AcksAll is the default and the
+// only setting under which an acknowledged record survives the loss of brokers.
+type Acks int8
+
+// Acks settings, numbered as Kafka's acks values.
+const (
+	// AcksAll: acknowledged once the batch is fsynced and in every in-sync replica (acks=all, -1).
+	AcksAll Acks = -1
+	// AcksLeader: acknowledged once the leader has written the batch, before fsync (acks=1).
+	AcksLeader Acks = 1
+	// AcksNone: not acknowledged at all; promises complete once the request is sent, with Offset -1,
+	// and broker-side errors are never seen (acks=0).
+	AcksNone Acks = 0
+)
+
+// String returns Kafka's spelling: "all", "1" or "0".
+func (a Acks) String() string {
+	switch a {
+	case AcksAll:
+		return "all"
+	case AcksLeader:
+		return "1"
+	case AcksNone:
+		return "0"
+	}
+	return fmt.Sprintf("Acks(%d)", int8(a))
+}
+
+type producerConfig struct {
+	common          commonConfig
+	acks            Acks
+	linger          time.Duration
+	batchBytes      int
+	maxBuffered     int64
+	maxRequestBytes int
+	compression     batch.Compression
+	partitioner     Partitioner
+	deliveryTimeout time.Duration
+	maxInFlight     int
+}
+
+func defaultProducerConfig() producerConfig {
+	return producerConfig{
+		common:          defaultCommon(),
+		acks:            AcksAll,
+		linger:          5 * time.Millisecond,
+		batchBytes:      1 << 20,
+		maxBuffered:     64 << 20,
+		maxRequestBytes: 16 << 20,
+		compression:     batch.CompressionNone,
+		deliveryTimeout: 2 * time.Minute,
+		maxInFlight:     5,
+	}
+}
+
+// maxMessageBytes is the gRPC message cap the client sets both ways: above the node's 68 MiB so that
+// the node, which knows its own limit, is the one to refuse.
+const maxMessageBytes = 128 << 20
+
+// maxRequestCap is the largest WithMaxRequestBytes: a request must fit the node's 64 MiB data cap.
+const maxRequestCap = 64 << 20
+
+func (c *producerConfig) validate() error {
+	errs := []error{c.common.validate()}
+	switch c.acks {
+	case AcksAll, AcksLeader, AcksNone:
+	default:
+		errs = append(errs, fmt.Errorf("WithAcks(%d): must be AcksAll, AcksLeader or AcksNone", c.acks))
+	}
+	if c.linger < 0 {
+		errs = append(errs, fmt.Errorf("WithLinger(%v): must not be negative", c.linger))
+	}
+	if c.batchBytes < 1024 || c.batchBytes > maxRequestCap {
+		errs = append(errs, fmt.Errorf("WithBatchBytes(%d): must be within [1 KiB, 64 MiB]", c.batchBytes))
+	}
+	if c.maxRequestBytes < c.batchBytes || c.maxRequestBytes > maxRequestCap {
+		errs = append(errs, fmt.Errorf("WithMaxRequestBytes(%d): must be within [batch bytes %d, 64 MiB]", c.maxRequestBytes, c.batchBytes))
+	}
+	if c.maxBuffered < int64(c.batchBytes) {
+		errs = append(errs, fmt.Errorf("WithMaxBufferedBytes(%d): must be at least the batch bytes (%d)", c.maxBuffered, c.batchBytes))
+	}
+	if !c.compression.Valid() {
+		errs = append(errs, fmt.Errorf("WithCompression(%d): unknown codec", c.compression))
+	}
+	if c.partitioner == nil {
+		errs = append(errs, errors.New("WithPartitioner(nil): pass a partitioner, or leave the option out for Kafka's"))
+	}
+	if c.deliveryTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("WithDeliveryTimeout(%v): must be positive", c.deliveryTimeout))
+	}
+	if c.maxInFlight < 1 {
+		errs = append(errs, fmt.Errorf("WithMaxInFlight(%d): must be at least 1", c.maxInFlight))
+	}
+	return errors.Join(errs...)
+}
+
+type producerOpt func(*producerConfig)
+
+func (o producerOpt) applyProducer(c *producerConfig) { o(c) }
+
+// WithAcks sets when the broker acknowledges a produce request. Default AcksAll. Kafka: acks.
+func WithAcks(a Acks) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.acks = a })
+}
+
+// WithLinger sets how long a partition's batch waits for more records after its first one before it is
+// sent, trading latency for larger batches. A batch goes sooner when full, on Flush, or when Produce is
+// waiting for buffer space. 0 sends as soon as the connection can take a request (batches still grow
+// while max-in-flight requests are outstanding). Default 5ms. Kafka: linger.ms.
+func WithLinger(d time.Duration) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.linger = d })
+}
+
+// WithBatchBytes sets the most uncompressed bytes (header included) one partition's batch collects
+// before it is sealed and a new one started. A record larger than this goes alone in its own batch.
+// Keep it at most the topics' max.message.bytes (1048588 by default), since the broker refuses larger
+// batches with MESSAGE_TOO_LARGE. Within [1 KiB, 64 MiB]; default 1 MiB. Kafka: batch.size (whose
+// default is 16 KiB; batches over gRPC gain from being larger).
+func WithBatchBytes(n int) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.batchBytes = n })
+}
+
+// WithMaxBufferedBytes caps the bytes of records produced but not yet acknowledged (counted as their
+// encoded size). Produce blocks while the cap would be exceeded, until acknowledgements free space or its
+// context ends; a single record larger than the cap fails with MESSAGE_TOO_LARGE. At least the batch
+// bytes; default 64 MiB. Kafka: buffer.memory (with max.block.ms replaced by Produce's context).
+func WithMaxBufferedBytes(n int64) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.maxBuffered = n })
+}
+
+// WithMaxRequestBytes caps the batch bytes of one produce request (one batch per partition, many
+// partitions). A record whose encoded size exceeds it fails at once with MESSAGE_TOO_LARGE, never sent.
+// Within [batch bytes, 64 MiB]; default 16 MiB. Kafka: max.request.size.
+func WithMaxRequestBytes(n int) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.maxRequestBytes = n })
+}
+
+// WithCompression sets the codec batches are compressed with (the record area as a whole, Kafka's
+// format); a batch that compression would not shrink is sent uncompressed. Default
+// batch.CompressionNone. Kafka: compression.type.
+func WithCompression(codec batch.Compression) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.compression = codec })
+}
+
+// WithPartitioner sets how records with Partition -1 are given a partition. Default
+// NewKafkaPartitioner(): murmur2 of the key as Kafka's Java client, keyless records sticky per batch.
+// Kafka: partitioner.class.
+func WithPartitioner(p Partitioner) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.partitioner = p })
+}
+
+// WithDeliveryTimeout bounds the time from Produce to the promise: the wait for the topic's metadata,
+// linger, sending and every retry. A record not acknowledged by then fails with the last retriable error
+// seen (or REQUEST_TIMED_OUT). Default 2m. Kafka: delivery.timeout.ms (and max.block.ms for the
+// metadata wait).
+func WithDeliveryTimeout(d time.Duration) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.deliveryTimeout = d })
+}
+
+// WithMaxInFlight caps the produce requests awaiting an answer on one broker's stream. The stream
+// appends requests in send order, so pipelining keeps each partition's order; after a retriable error a
+// partition is re-sent only once its in-flight requests are answered. At least 1; default 5. Kafka:
+// max.in.flight.requests.per.connection.
+func WithMaxInFlight(n int) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.maxInFlight = n })
+}
+
+// Consumer options.
+
+type consumerConfig struct {
+	common            commonConfig
+	fetchMaxBytes     int32
+	fetchMinBytes     int32
+	fetchMaxWait      time.Duration
+	partitionMaxBytes int32
+}
+
+func defaultConsumerConfig() consumerConfig {
+	return consumerConfig{
+		common:            defaultCommon(),
+		fetchMaxBytes:     50 << 20,
+		fetchMinBytes:     1,
+		fetchMaxWait:      500 * time.Millisecond,
+		partitionMaxBytes: 1 << 20,
+	}
+}
+
+func (c *consumerConfig) validate() error {
+	errs := []error{c.common.validate()}
+	if c.fetchMaxBytes < 1 || c.fetchMaxBytes > 64<<20 {
+		errs = append(errs, fmt.Errorf("WithFetchMaxBytes(%d): must be within [1, 64 MiB]", c.fetchMaxBytes))
+	}
+	if c.fetchMinBytes < 0 {
+		errs = append(errs, fmt.Errorf("WithFetchMinBytes(%d): must not be negative", c.fetchMinBytes))
+	}
+	if c.fetchMaxWait < 0 || c.fetchMaxWait > time.Minute {
+		errs = append(errs, fmt.Errorf("WithFetchMaxWait(%v): must be within [0, 1m]", c.fetchMaxWait))
+	}
+	if c.partitionMaxBytes < 1 || c.partitionMaxBytes > 64<<20 {
+		errs = append(errs, fmt.Errorf("WithPartitionMaxBytes(%d): must be within [1, 64 MiB]", c.partitionMaxBytes))
+	}
+	return errors.Join(errs...)
+}
+
+type consumerOpt func(*consumerConfig)
+
+func (o consumerOpt) applyConsumer(c *consumerConfig) { o(c) }
+
+// WithFetchMaxBytes caps the record bytes of one fetch answer over all its partitions; the first batch
+// is returned even when larger, so a consumer never stalls on a big batch (KIP-74). Within [1, 64 MiB];
+// default 50 MiB. Kafka: fetch.max.bytes.
+func WithFetchMaxBytes(n int32) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.fetchMaxBytes = n })
+}
+
+// WithFetchMinBytes sets how many record bytes a fetch waits for (up to the max wait) before the broker
+// answers; larger values mean fewer, fuller answers. At least 0; default 1. Kafka: fetch.min.bytes.
+func WithFetchMinBytes(n int32) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.fetchMinBytes = n })
+}
+
+// WithFetchMaxWait sets how long the broker holds a fetch waiting for the min bytes (the long poll).
+// Within [0, 1m]; default 500ms. Kafka: fetch.max.wait.ms.
+func WithFetchMaxWait(d time.Duration) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.fetchMaxWait = d })
+}
+
+// WithPartitionMaxBytes caps the record bytes one partition contributes to a fetch answer (again at
+// least one batch). Within [1, 64 MiB]; default 1 MiB. Kafka: max.partition.fetch.bytes.
+func WithPartitionMaxBytes(n int32) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.partitionMaxBytes = n })
+}
+
+// Admin options: only the shared ones so far.
+
+type adminConfig struct {
+	common commonConfig
+}
+
+func (c *adminConfig) validate() error { return c.common.validate() }
+
+func newProducerConfig(opts []ProducerOption) (producerConfig, error) {
+	cfg := defaultProducerConfig()
+	cfg.partitioner = NewKafkaPartitioner()
+	for _, o := range opts {
+		if o == nil {
+			cfg.common.errs = append(cfg.common.errs, errors.New("nil ProducerOption"))
+			continue
+		}
+		o.applyProducer(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, fmt.Errorf("client: invalid producer options: %w", err)
+	}
+	return cfg, nil
+}
+
+func newConsumerConfig(opts []ConsumerOption) (consumerConfig, error) {
+	cfg := defaultConsumerConfig()
+	for _, o := range opts {
+		if o == nil {
+			cfg.common.errs = append(cfg.common.errs, errors.New("nil ConsumerOption"))
+			continue
+		}
+		o.applyConsumer(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, fmt.Errorf("client: invalid consumer options: %w", err)
+	}
+	return cfg, nil
+}
+
+func newAdminConfig(opts []AdminOption) (adminConfig, error) {
+	cfg := adminConfig{common: defaultCommon()}
+	for _, o := range opts {
+		if o == nil {
+			cfg.common.errs = append(cfg.common.errs, errors.New("nil AdminOption"))
+			continue
+		}
+		o.applyAdmin(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return cfg, fmt.Errorf("client: invalid admin options: %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,780 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/api/rerr"
+	"github.com/runnel-io/runnel/client/batch"
+)
+
+// Producer writes records to topics. Produce is asynchronous: records are encoded at once into their
+// partition's open batch, batches are sent when full or after the linger, and each record's promise runs
+// when the broker answers. Safe for concurrent use.
+//
+// How it works: every partition keeps one open batch (a batch.Builder records are encoded into, pooled
+// with its buffers) and a queue of sealed batches. Each broker that leads partitions has a sink: one
+// goroutine that takes at most one ready batch per partition into a request, sends requests on a
+// long-lived ProduceStream (up to max-in-flight unanswered), and one goroutine that reads the answers.
+// The broker appends requests in the order they arrive, so pipelining keeps each partition's order.
+// When a partition's batch fails with a retriable error, that partition sends nothing more until its
+// other in-flight batches are answered; then its failed batches go back, in order, to the front of its
+// queue and are re-sent after a backoff, until the delivery timeout. Promises of a partition run in the
+// order its records were produced, on the goroutine reading answers: they must be quick and must not
+// call Flush or Close, nor wait for other promises.
+type Producer struct {
+	cfg    producerConfig
+	cl     *cluster
+	sticky StickyPartitioner // cfg.partitioner when it implements StickyPartitioner
+	acks   runnelv1.Acks
+
+	buf      bufLimiter
+	flushing atomic.Int32 // > 0: send open batches without waiting for the linger
+
+	outstanding atomic.Int64 // records produced whose promise has not run yet
+	idleMu      sync.Mutex
+	idleCh      chan struct{} // closed when outstanding reaches 0 while someone waits
+
+	topicsMu sync.Mutex                       // serialises changes to topics and allParts
+	topics   atomic.Pointer[map[string]*ptopic] // copy on write
+	allParts atomic.Pointer[[]*ppart]           // every partition of every topic, copy on write
+
+	sinksMu sync.Mutex
+	sinks   map[int32]*sink
+
+	batches sync.Pool // *pbatch
+	corr    atomic.Int64
+
+	metaWake chan struct{}
+
+	active      atomic.Int64 // Produce calls in progress
+	closed      atomic.Bool
+	drained     chan struct{} // closed once Close has started and no Produce call is in progress
+	drainedOnce sync.Once
+	closeOnce   sync.Once
+	closeErr    error
+
+	ctx        context.Context // ends sinks, streams and the metadata loop, after the last promise
+	cancel     context.CancelFunc
+	loadCtx    context.Context // ends metadata waits of Produce calls, as soon as Close starts
+	loadCancel context.CancelFunc
+	wg         sync.WaitGroup
+}
+
+// ptopic is a topic the producer has produced to.
+type ptopic struct {
+	name  string
+	parts atomic.Pointer[[]*ppart] // nil until metadata first describes the topic; grows, never shrinks
+
+	mu      sync.Mutex
+	loading chan struct{} // closed when the metadata load in progress ends
+	loadErr error         // why the last load failed
+}
+
+// ppart is one partition's batches.
+type ppart struct {
+	topic string
+	id    int32
+
+	finishMu sync.Mutex // held while promises run, so a partition's promises run in order
+	ready    []*pbatch  // scratch for finishMu's holder
+
+	mu       sync.Mutex
+	cur      *pbatch   // the open batch, nil when none
+	queue    []*pbatch // sealed batches waiting to be sent, oldest first
+	inflight int       // batches sent and not answered
+	failed   []*pbatch // failed retriably; re-queued once inflight reaches 0
+	retryAt  time.Time // nothing is sent before this (backoff after a retriable error)
+	sink     *sink     // the broker the partition's batches go to
+	leader   int32     // leader from the latest metadata (-1 unknown)
+	nextSeq  uint64    // sequence of the next batch created
+	nextDone uint64    // sequence of the next batch whose promises may run
+	held     []*pbatch // finished batches waiting for an earlier one, by sequence
+}
+
+// pending is a record and its promise, waiting in a batch.
+type pending struct {
+	r  *Record
+	fn func(*Record, error)
+}
+
+// pbatch is one batch of a partition, from its first record to its promises.
+type pbatch struct {
+	bld      batch.Builder
+	recs     []pending
+	bytes    int64 // buffered bytes accounted for its records
+	seq      uint64
+	firstAt  time.Time // when the first record came (linger starts)
+	deadline time.Time // firstAt + delivery timeout
+	wire     []byte    // the built batch once sealed
+	attempts int
+	lastErr  error
+	// outcome
+	base       int64
+	appendTime int64
+	err        error
+}
+
+// NewProducer returns a producer for the cluster reachable at brokers (host:port of one or more
+// brokers; the others are learnt from metadata). It validates the options and connects lazily: an
+// unreachable cluster shows as errors in promises, not here.
+func NewProducer(brokers []string, opts ...ProducerOption) (*Producer, error) {
+	cfg, err := newProducerConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := newCluster(brokers, cfg.common)
+	if err != nil {
+		return nil, err
+	}
+	p := &Producer{cfg: cfg, cl: cl, sinks: map[int32]*sink{}, metaWake: make(chan struct{}, 1), drained: make(chan struct{})}
+	p.sticky, _ = cfg.partitioner.(StickyPartitioner)
+	switch cfg.acks {
+	case AcksAll:
+		p.acks = runnelv1.Acks_ACKS_ALL
+	case AcksLeader:
+		p.acks = runnelv1.Acks_ACKS_LEADER
+	case AcksNone:
+		p.acks = runnelv1.Acks_ACKS_NONE
+	}
+	p.buf.max = cfg.maxBuffered
+	p.topics.Store(&map[string]*ptopic{})
+	p.allParts.Store(&[]*ppart{})
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.loadCtx, p.loadCancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go p.metaLoop()
+	return p, nil
+}
+
+// enter registers a Produce call; false once the producer is closed.
+func (p *Producer) enter() bool {
+	p.active.Add(1)
+	if p.closed.Load() {
+		p.exit()
+		return false
+	}
+	return true
+}
+
+func (p *Producer) exit() {
+	if p.active.Add(-1) == 0 && p.closed.Load() {
+		p.drainedOnce.Do(func() { close(p.drained) })
+	}
+}
+
+// Produce sends r asynchronously and calls promise (which may be nil) exactly once, with r and nil when
+// the broker has acknowledged it (Partition and Offset filled; Offset -1 with AcksNone) or with the error
+// that ended it. Errors are catalogue errors (errors.Is against rerr sentinels): MESSAGE_TOO_LARGE for a
+// record over the request or buffer cap, UNKNOWN_TOPIC_OR_PARTITION when the topic does not show up
+// within the delivery timeout, the broker's error for a batch it refused, or the last retriable error
+// once the delivery timeout expired; or ctx's error, or ErrClosed.
+//
+// Produce returns once the record is in a batch. It blocks while the topic's metadata is first loaded
+// (at most the delivery timeout) and while the buffered bytes are at their cap; ctx ends those waits
+// (the promise then gets ctx.Err()) and has no effect once the record is buffered.
+//
+// r must not be modified until the promise runs; the producer writes r.Partition, r.Offset and, when
+// zero, r.Timestamp.
+func (p *Producer) Produce(ctx context.Context, r *Record, promise func(*Record, error)) {
+	if promise == nil {
+		promise = func(*Record, error) {}
+	}
+	if !p.enter() {
+		promise(r, ErrClosed)
+		return
+	}
+	defer p.exit()
+	if r.Topic == "" {
+		promise(r, rerr.New(runnelv1.ErrorCode_INVALID_TOPIC_EXCEPTION, "record without a topic"))
+		return
+	}
+	size := batch.RecordSize(r.Key, r.Value, r.Headers)
+	if size+batch.HeaderSize > p.cfg.maxRequestBytes || int64(size) > p.cfg.maxBuffered {
+		promise(r, rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "record of %d bytes is larger than max request bytes (%d) or max buffered bytes (%d)",
+			size, p.cfg.maxRequestBytes, p.cfg.maxBuffered))
+		return
+	}
+	if err := ctx.Err(); err != nil {
+		promise(r, err)
+		return
+	}
+	t, err := p.topic(ctx, r.Topic)
+	if err != nil {
+		promise(r, err)
+		return
+	}
+	if err := p.buf.acquire(ctx, int64(size), p.wakeAll); err != nil {
+		promise(r, err)
+		return
+	}
+	p.outstanding.Add(1)
+	if r.Timestamp.IsZero() {
+		r.Timestamp = time.Now()
+	}
+	if err := p.append(ctx, t, r, promise, size); err != nil {
+		p.buf.release(int64(size))
+		promise(r, err)
+		p.recordsDone(1)
+	}
+}
+
+// ProduceSync produces rs and waits until every one has its outcome. It returns the first error (in
+// completion order), or nil when all are written; each record's Partition and Offset are filled. ctx
+// bounds the waits of Produce (metadata, buffer space); buffered records finish within the delivery
+// timeout, and ProduceSync waits for them.
+func (p *Producer) ProduceSync(ctx context.Context, rs ...*Record) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	wg.Add(len(rs))
+	promise := func(_ *Record, err error) {
+		if err != nil {
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}
+		wg.Done()
+	}
+	for _, r := range rs {
+		p.Produce(ctx, r, promise)
+	}
+	wg.Wait()
+	return first
+}
+
+// Flush sends every buffered record at once (ignoring the linger) and waits until all records produced
+// before and during the call have had their promises run, or ctx ends (returning ctx.Err()).
+func (p *Producer) Flush(ctx context.Context) error {
+	p.flushing.Add(1)
+	defer p.flushing.Add(-1)
+	p.wakeAll()
+	return p.waitIdle(ctx)
+}
+
+// Close flushes, waiting for every buffered record's outcome (bounded by the delivery timeout), then
+// stops the producer's goroutines and closes its connections. Produce calls waiting for metadata fail
+// with ErrClosed; later ones too. Close may be called more than once.
+func (p *Producer) Close() error {
+	p.closeOnce.Do(func() {
+		p.closed.Store(true)
+		p.loadCancel()
+		p.flushing.Add(1)
+		p.wakeAll()
+		if p.active.Load() != 0 {
+			<-p.drained
+		}
+		_ = p.waitIdle(context.Background())
+		p.cancel()
+		p.wg.Wait()
+		p.closeErr = p.cl.close()
+	})
+	return p.closeErr
+}
+
+func (p *Producer) waitIdle(ctx context.Context) error {
+	for {
+		p.idleMu.Lock()
+		if p.outstanding.Load() == 0 {
+			p.idleMu.Unlock()
+			return nil
+		}
+		if p.idleCh == nil {
+			p.idleCh = make(chan struct{})
+		}
+		ch := p.idleCh
+		p.idleMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// recordsDone counts n records finished, waking Flush when none is left.
+func (p *Producer) recordsDone(n int) {
+	if p.outstanding.Add(-int64(n)) == 0 {
+		p.idleMu.Lock()
+		if p.idleCh != nil {
+			close(p.idleCh)
+			p.idleCh = nil
+		}
+		p.idleMu.Unlock()
+	}
+}
+
+// topic returns the producer's state of topic name, loading its metadata first if needed.
+func (p *Producer) topic(ctx context.Context, name string) (*ptopic, error) {
+	if t := (*p.topics.Load())[name]; t != nil && t.parts.Load() != nil {
+		return t, nil
+	}
+	p.topicsMu.Lock()
+	t := (*p.topics.Load())[name]
+	if t == nil {
+		t = &ptopic{name: name}
+		m := make(map[string]*ptopic, len(*p.topics.Load())+1)
+		for k, v := range *p.topics.Load() {
+			m[k] = v
+		}
+		m[name] = t
+		p.topics.Store(&m)
+	}
+	p.topicsMu.Unlock()
+
+	t.mu.Lock()
+	if t.parts.Load() != nil {
+		t.mu.Unlock()
+		return t, nil
+	}
+	ch := t.loading
+	if ch == nil {
+		ch = make(chan struct{})
+		t.loading = ch
+		p.wg.Add(1)
+		go p.load(t, ch)
+	}
+	t.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.parts.Load() != nil {
+		return t, nil
+	}
+	return nil, t.loadErr
+}
+
+// load fetches a topic's metadata until it describes the topic's partitions, retrying retriable errors
+// (UNKNOWN_TOPIC_OR_PARTITION included: a new topic may not have reached every broker yet) within the
+// delivery timeout. It closes ch when done.
+func (p *Producer) load(t *ptopic, ch chan struct{}) {
+	defer p.wg.Done()
+	ctx, cancel := context.WithTimeout(p.loadCtx, p.cfg.deliveryTimeout)
+	defer cancel()
+	var err, topicErr error
+	attempt := 0
+	for ; ; attempt++ {
+		if _, err = p.cl.metadata(ctx, []string{t.name}); err == nil {
+			tm := p.cl.topic(t.name)
+			switch {
+			case tm == nil:
+				err = rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q missing from the metadata answer", t.name)
+			case tm.err != nil:
+				err = tm.err
+			default:
+				p.applyMeta(t)
+				err = nil
+			}
+			topicErr = err
+		}
+		if err == nil || !retriable(err) || ctx.Err() != nil || sleep(ctx, p.cl.backoff(attempt)) != nil {
+			break
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.parts.Load() == nil {
+		switch {
+		case p.loadCtx.Err() != nil:
+			err = ErrClosed
+		case topicErr != nil && retriable(topicErr):
+			err = fmt.Errorf("topic %q not available within the delivery timeout (%v, %d attempts): %w", t.name, p.cfg.deliveryTimeout, attempt+1, topicErr)
+		case err == nil:
+			err = rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q has no partitions", t.name)
+		}
+		t.loadErr = err
+	}
+	t.loading = nil
+	close(ch)
+}
+
+// applyMeta brings a topic's partitions in line with the cached metadata: new partitions are added, and
+// leaders updated.
+func (p *Producer) applyMeta(t *ptopic) {
+	tm := p.cl.topic(t.name)
+	if tm == nil || tm.err != nil || len(tm.partitions) == 0 {
+		return // keep what we have: produce errors and the delivery timeout take it from here
+	}
+	p.topicsMu.Lock()
+	var parts []*ppart
+	if old := t.parts.Load(); old != nil {
+		parts = *old
+	}
+	if len(tm.partitions) > len(parts) {
+		grown := slices.Clone(parts)
+		all := slices.Clone(*p.allParts.Load())
+		for i := len(parts); i < len(tm.partitions); i++ {
+			leader := tm.partitions[i].leader
+			pp := &ppart{topic: t.name, id: int32(i), leader: leader, sink: p.sinkFor(leader)}
+			grown = append(grown, pp)
+			all = append(all, pp)
+		}
+		parts = grown
+		t.parts.Store(&grown)
+		p.allParts.Store(&all)
+	}
+	p.topicsMu.Unlock()
+	for i, pm := range tm.partitions {
+		parts[i].setLeader(p, pm.leader)
+	}
+}
+
+// setLeader records the partition's leader and moves the partition to its sink once nothing of it is in
+// flight on the old one (moving earlier could reorder it).
+func (pp *ppart) setLeader(p *Producer, leader int32) {
+	pp.mu.Lock()
+	pp.leader = leader
+	s := pp.moveLocked(p)
+	pp.mu.Unlock()
+	if s != nil {
+		s.wake()
+	}
+}
+
+// moveLocked switches the partition to its leader's sink when that is safe; it returns the new sink to
+// wake, or nil.
+func (pp *ppart) moveLocked(p *Producer) *sink {
+	if pp.inflight > 0 || len(pp.failed) > 0 || pp.leader < 0 || (pp.sink != nil && pp.sink.node == pp.leader) {
+		return nil
+	}
+	pp.sink = p.sinkFor(pp.leader)
+	return pp.sink
+}
+
+// sinkFor returns the sink of broker node (-1: any broker), starting it on first use.
+func (p *Producer) sinkFor(node int32) *sink {
+	p.sinksMu.Lock()
+	defer p.sinksMu.Unlock()
+	s := p.sinks[node]
+	if s == nil {
+		s = &sink{p: p, node: node, wakeCh: make(chan struct{}, 1), inflight: map[int64]*request{}}
+		p.sinks[node] = s
+		p.wg.Add(1)
+		go s.run()
+	}
+	return s
+}
+
+func (p *Producer) wakeAll() {
+	p.sinksMu.Lock()
+	defer p.sinksMu.Unlock()
+	for _, s := range p.sinks {
+		s.wake()
+	}
+}
+
+// requestMetadata asks the metadata loop for a refresh (after errors that suggest leaders or
+// partitions changed).
+func (p *Producer) requestMetadata() {
+	select {
+	case p.metaWake <- struct{}{}:
+	default:
+	}
+}
+
+// metaLoop refreshes the metadata of every topic produced to, when asked and every metadata max age,
+// at most once per retry backoff.
+func (p *Producer) metaLoop() {
+	defer p.wg.Done()
+	tick := time.NewTicker(p.cfg.common.metadataMaxAge)
+	defer tick.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.metaWake:
+		case <-tick.C:
+		}
+		if wait := time.Until(last.Add(p.cfg.common.retryBackoff)); wait > 0 && sleep(p.ctx, wait) != nil {
+			return
+		}
+		last = time.Now()
+		var names []string
+		for name, t := range *p.topics.Load() {
+			if t.parts.Load() != nil {
+				names = append(names, name)
+			}
+		}
+		if len(names) == 0 {
+			continue
+		}
+		if _, err := p.cl.metadata(p.ctx, names); err != nil {
+			p.cfg.common.logger.Warn("metadata refresh failed", "topics", names, "err", err)
+			continue
+		}
+		for _, name := range names {
+			p.applyMeta((*p.topics.Load())[name])
+		}
+	}
+}
+
+// append puts the record into its partition's open batch, sealing the batch first when the record
+// would overflow it.
+func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise func(*Record, error), size int) error {
+	parts := *t.parts.Load()
+	n := int32(len(parts))
+	auto := r.Partition < 0
+	part := r.Partition
+	if auto {
+		part = p.cfg.partitioner.Partition(r, n)
+		if part < 0 || part >= n {
+			return fmt.Errorf("client: partitioner chose partition %d of topic %q, which has %d", part, t.name, n)
+		}
+	} else if part >= n {
+		// The topic may have grown since the metadata was cached: look once more before failing.
+		if _, err := p.cl.metadata(ctx, []string{t.name}); err == nil {
+			p.applyMeta(t)
+			parts = *t.parts.Load()
+			n = int32(len(parts))
+		}
+		if part >= n {
+			return rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q has %d partitions, no partition %d", t.name, n, part)
+		}
+	}
+	ts := r.Timestamp.UnixMilli()
+	for attempt := 0; ; attempt++ {
+		pp := parts[part]
+		pp.mu.Lock()
+		if b := pp.cur; b != nil && b.bld.Size()+b.bld.RecordSize(ts, r.Key, r.Value, r.Headers) > p.cfg.batchBytes {
+			pp.sealLocked(p)
+			s := pp.sink
+			pp.mu.Unlock()
+			s.wake()
+			if p.sticky != nil {
+				p.sticky.OnBatchSealed(pp.topic, pp.id, n)
+				if auto && attempt == 0 {
+					// KIP-480: a keyless record that would start a new batch follows the sticky
+					// partition to its next place.
+					if np := p.cfg.partitioner.Partition(r, n); np >= 0 && np < n {
+						part = np
+					}
+				}
+			}
+			continue
+		}
+		var wake *sink
+		b := pp.cur
+		if b == nil {
+			b = p.newBatch(pp)
+			pp.cur = b
+			wake = pp.sink // the sink times the linger from now
+		}
+		b.bld.Append(ts, r.Key, r.Value, r.Headers)
+		b.recs = append(b.recs, pending{r: r, fn: promise})
+		b.bytes += int64(size)
+		r.Partition = part
+		pp.mu.Unlock()
+		if wake != nil {
+			wake.wake()
+		}
+		return nil
+	}
+}
+
+func (p *Producer) newBatch(pp *ppart) *pbatch {
+	b, _ := p.batches.Get().(*pbatch)
+	if b == nil {
+		b = &pbatch{}
+	}
+	b.bld.Reset()
+	now := time.Now()
+	b.seq = pp.nextSeq
+	pp.nextSeq++
+	b.firstAt, b.deadline = now, now.Add(p.cfg.deliveryTimeout)
+	return b
+}
+
+func (p *Producer) putBatch(b *pbatch) {
+	clear(b.recs)
+	b.recs = b.recs[:0]
+	b.bytes, b.wire, b.attempts, b.lastErr, b.err = 0, nil, 0, nil, nil
+	if b.bld.Size() > 2*p.cfg.batchBytes || p.acks == runnelv1.Acks_ACKS_NONE {
+		return // an outsized buffer (or one gRPC may still read, with acks=0) is left to the GC
+	}
+	p.batches.Put(b)
+}
+
+// sealLocked closes the open batch and queues it for sending.
+func (pp *ppart) sealLocked(p *Producer) {
+	b := pp.cur
+	pp.cur = nil
+	b.wire = b.bld.Build(p.cfg.compression)
+	pp.queue = append(pp.queue, b)
+}
+
+// batchResult settles one batch that was sent (inflight) or expired before being sent: a retriable error
+// within the delivery timeout queues it for a retry, anything else finishes it. Finished batches run
+// their promises in sequence order.
+func (p *Producer) batchResult(pp *ppart, b *pbatch, wasInflight bool, base, appendTime int64, err error) {
+	now := time.Now()
+	retry := err != nil && wasInflight && retriable(err) && now.Before(b.deadline) && p.ctx.Err() == nil
+	if err != nil && !retry {
+		switch {
+		case p.ctx.Err() != nil:
+			err = fmt.Errorf("%w (%v)", ErrClosed, err)
+		case retriable(err):
+			err = fmt.Errorf("delivery timeout (%v) expired after %d attempts: %w", p.cfg.deliveryTimeout, b.attempts+1, err)
+		}
+	}
+	pp.finishMu.Lock()
+	pp.mu.Lock()
+	if wasInflight {
+		pp.inflight--
+	}
+	if retry {
+		b.attempts++
+		b.lastErr = err
+		pp.failed = append(pp.failed, b)
+	} else {
+		b.base, b.appendTime, b.err = base, appendTime, err
+		i, _ := slices.BinarySearchFunc(pp.held, b.seq, func(h *pbatch, seq uint64) int { return cmpU64(h.seq, seq) })
+		pp.held = slices.Insert(pp.held, i, b)
+	}
+	var wake *sink
+	if pp.inflight == 0 && len(pp.failed) > 0 {
+		// Every batch that was in flight is answered: re-send the failed ones first, in order.
+		slices.SortFunc(pp.failed, func(x, y *pbatch) int { return cmpU64(x.seq, y.seq) })
+		attempts := 0
+		for _, f := range pp.failed {
+			attempts = max(attempts, f.attempts)
+		}
+		pp.queue = append(pp.failed, pp.queue...)
+		pp.failed = nil
+		pp.retryAt = now.Add(p.cl.backoff(attempts - 1))
+		wake = pp.sink
+	}
+	if s := pp.moveLocked(p); s != nil {
+		wake = s
+	}
+	ready := pp.ready[:0]
+	for len(pp.held) > 0 && pp.held[0].seq == pp.nextDone {
+		ready = append(ready, pp.held[0])
+		pp.held[0] = nil
+		pp.held = pp.held[1:]
+		pp.nextDone++
+	}
+	pp.mu.Unlock()
+	for i, rb := range ready {
+		p.finish(rb)
+		ready[i] = nil
+	}
+	pp.ready = ready[:0]
+	pp.finishMu.Unlock()
+	if retry {
+		p.requestMetadata()
+	}
+	if wake != nil {
+		wake.wake()
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// finish runs a finished batch's promises in record order and recycles the batch.
+func (p *Producer) finish(b *pbatch) {
+	p.buf.release(b.bytes) // first, so Produce calls waiting for space go on while promises run
+	err := b.err
+	for i := range b.recs {
+		pr := &b.recs[i]
+		if err == nil {
+			pr.r.Offset = -1
+			if b.base >= 0 {
+				pr.r.Offset = b.base + int64(i)
+			}
+			if b.appendTime >= 0 {
+				pr.r.Timestamp = time.UnixMilli(b.appendTime)
+			}
+		}
+		pr.fn(pr.r, err)
+	}
+	n := len(b.recs)
+	p.putBatch(b)
+	p.recordsDone(n)
+}
+
+// bufLimiter caps the bytes of buffered records. Acquiring is a CAS on the fast path; waiters sleep on
+// a channel that the next release closes.
+type bufLimiter struct {
+	max     int64
+	used    atomic.Int64
+	waiters atomic.Int32
+	mu      sync.Mutex
+	freed   chan struct{}
+}
+
+func (l *bufLimiter) tryAcquire(n int64) bool {
+	for {
+		cur := l.used.Load()
+		if cur+n > l.max {
+			return false
+		}
+		if l.used.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// acquire takes n bytes, waiting for releases while the cap would be exceeded; onWait is called once
+// before waiting (the producer then sends open batches at once, as Kafka does when its buffer is
+// exhausted).
+func (l *bufLimiter) acquire(ctx context.Context, n int64, onWait func()) error {
+	if l.tryAcquire(n) {
+		return nil
+	}
+	l.waiters.Add(1)
+	defer l.waiters.Add(-1)
+	onWait()
+	for {
+		l.mu.Lock()
+		if l.freed == nil {
+			l.freed = make(chan struct{})
+		}
+		ch := l.freed
+		l.mu.Unlock()
+		if l.tryAcquire(n) { // after taking the channel, so a release in between is not missed
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (l *bufLimiter) release(n int64) {
+	l.used.Add(-n)
+	if l.waiters.Load() > 0 {
+		l.mu.Lock()
+		if l.freed != nil {
+			close(l.freed)
+			l.freed = nil
+		}
+		l.mu.Unlock()
+	}
+}
+
+var errNoResult = errors.New("answer without this partition's result")

@@ -1,0 +1,396 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/api/rerr"
+	"google.golang.org/grpc"
+)
+
+// responseGrace is added to the request timeout before the producer gives up on an answer itself: the
+// broker gets the request timeout as timeout_ms and answers REQUEST_TIMED_OUT when it passes, which is
+// the better error.
+const responseGrace = 5 * time.Second
+
+// sink sends the batches of the partitions a broker leads, over one ProduceStream.
+//
+// Its run goroutine is the only one that collects batches and sends; a receive goroutine per stream
+// reads answers and settles their batches. A stream that breaks (transport error, a request unanswered
+// past its timeout, the broker ending it) fails every request in flight on it with a retriable error
+// unless the broker said otherwise, and the next send opens a new one.
+type sink struct {
+	p      *Producer
+	node   int32 // -1: the broker is unknown, use any
+	wakeCh chan struct{}
+	rr     int // where the next collect starts, so partitions take turns filling requests
+
+	mu       sync.Mutex
+	stream   grpc.BidiStreamingClient[runnelv1.ProduceRequest, runnelv1.ProduceResponse]
+	cancel   context.CancelFunc
+	gen      int // stream generation: answers and failures of an old stream are told apart
+	inflight map[int64]*request
+	breakErr error // why the sink itself broke the current stream
+}
+
+// request is one ProduceRequest in flight: one batch for each of its partitions.
+type request struct {
+	id      int64
+	gen     int
+	sent    time.Time
+	parts   []*ppart
+	batches []*pbatch
+}
+
+func (s *sink) wake() {
+	select {
+	case s.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sink) run() {
+	defer s.p.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := s.pump(time.Now())
+		var tc <-chan time.Time
+		if !next.IsZero() {
+			timer.Reset(time.Until(next))
+			tc = timer.C
+		}
+		select {
+		case <-s.wakeCh:
+		case <-tc:
+		case <-s.p.ctx.Done():
+			s.mu.Lock()
+			if s.cancel != nil {
+				s.cancel()
+			}
+			s.mu.Unlock()
+			return
+		}
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// pump sends what is ready while request slots are free, and returns when it wants to run again
+// (linger ends, backoffs, timeouts; zero: only when woken).
+func (s *sink) pump(now time.Time) time.Time {
+	var next time.Time
+	s.mu.Lock()
+	for _, req := range s.inflight {
+		deadline := req.sent.Add(s.p.cfg.common.requestTimeout + responseGrace)
+		if now.After(deadline) && req.gen == s.gen && s.cancel != nil {
+			s.breakErr = rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "no answer from broker %d within the request timeout (%v)", s.node, s.p.cfg.common.requestTimeout)
+			s.cancel() // the receiver fails every request in flight
+			break
+		}
+		next = earliest(next, deadline)
+	}
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		free := len(s.inflight) < s.p.cfg.maxInFlight
+		s.mu.Unlock()
+		req, nx := s.collect(now, free)
+		next = earliest(next, nx)
+		if req == nil {
+			return next
+		}
+		s.send(req)
+		now = time.Now()
+	}
+}
+
+type expiredBatch struct {
+	pp *ppart
+	b  *pbatch
+}
+
+// collect expires batches past their delivery timeout and, when canSend, takes one ready batch from each
+// partition of this sink into a request (nil when none is ready). It also returns the earliest time
+// something will need it: a linger ending, a backoff ending, a deadline.
+func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
+	var (
+		req     *request
+		size    int
+		next    time.Time
+		expired []expiredBatch
+		sealed  []*ppart
+	)
+	p := s.p
+	urgent := p.flushing.Load() > 0 || p.buf.waiters.Load() > 0
+	parts := *p.allParts.Load()
+	n := len(parts)
+	s.rr++
+	for i := 0; i < n; i++ {
+		pp := parts[(s.rr+i)%n]
+		pp.mu.Lock()
+		if pp.sink != s {
+			pp.mu.Unlock()
+			continue
+		}
+		for len(pp.queue) > 0 && !now.Before(pp.queue[0].deadline) {
+			expired = append(expired, expiredBatch{pp, pp.queue[0]})
+			pp.queue[0] = nil
+			pp.queue = pp.queue[1:]
+		}
+		if c := pp.cur; c != nil && !now.Before(c.deadline) {
+			pp.sealLocked(p)
+			expired = append(expired, expiredBatch{pp, c})
+			pp.queue = pp.queue[:len(pp.queue)-1]
+		}
+		if len(pp.queue) > 0 {
+			next = earliest(next, pp.queue[0].deadline)
+		} else if pp.cur != nil {
+			next = earliest(next, pp.cur.deadline)
+		}
+		if len(pp.failed) > 0 { // waiting for its in-flight batches before re-sending
+			pp.mu.Unlock()
+			continue
+		}
+		if now.Before(pp.retryAt) {
+			next = earliest(next, pp.retryAt)
+			pp.mu.Unlock()
+			continue
+		}
+		if len(pp.queue) == 0 && pp.cur != nil {
+			lingerEnd := pp.cur.firstAt.Add(p.cfg.linger)
+			if urgent || !now.Before(lingerEnd) {
+				if canSend && (req == nil || size+pp.cur.bld.Size() <= p.cfg.maxRequestBytes) {
+					pp.sealLocked(p)
+					sealed = append(sealed, pp)
+				}
+				// else: the batch keeps growing until a request slot frees (an answer wakes us)
+			} else {
+				next = earliest(next, lingerEnd)
+			}
+		}
+		if canSend && len(pp.queue) > 0 {
+			b := pp.queue[0]
+			if req == nil || size+len(b.wire) <= p.cfg.maxRequestBytes {
+				pp.queue[0] = nil
+				pp.queue = pp.queue[1:]
+				pp.inflight++
+				if req == nil {
+					req = &request{}
+				}
+				req.parts = append(req.parts, pp)
+				req.batches = append(req.batches, b)
+				size += len(b.wire)
+			}
+		}
+		pp.mu.Unlock()
+	}
+	if p.sticky != nil {
+		for _, pp := range sealed {
+			p.sticky.OnBatchSealed(pp.topic, pp.id, int32(len(*(*p.topics.Load())[pp.topic].parts.Load())))
+		}
+	}
+	for _, e := range expired {
+		err := e.b.lastErr
+		if err == nil {
+			err = rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "%s-%d: batch not sent within the delivery timeout", e.pp.topic, e.pp.id)
+		}
+		p.batchResult(e.pp, e.b, false, -1, -1, err)
+	}
+	return req, next
+}
+
+// send opens the stream if needed and sends req. Failures settle req's batches (retriably when the
+// transport failed).
+func (s *sink) send(req *request) {
+	p := s.p
+	req.id = p.corr.Add(1)
+	st, gen, err := s.ensureStream()
+	if err != nil {
+		s.failRequest(req, err)
+		return
+	}
+	pr := &runnelv1.ProduceRequest{
+		CorrelationId: req.id,
+		Acks:          p.acks,
+		TimeoutMs:     int32(min(p.cfg.common.requestTimeout/time.Millisecond, 1<<31-1)),
+		Partitions:    make([]*runnelv1.ProducePartition, len(req.batches)),
+	}
+	for i, b := range req.batches {
+		pr.Partitions[i] = &runnelv1.ProducePartition{Topic: req.parts[i].topic, Partition: req.parts[i].id, Records: b.wire}
+	}
+	req.gen, req.sent = gen, time.Now()
+	acked := p.acks != runnelv1.Acks_ACKS_NONE
+	if acked {
+		s.mu.Lock()
+		if s.gen != gen { // the stream broke since ensureStream
+			s.mu.Unlock()
+			s.failRequest(req, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "produce stream to broker %d broke", s.node))
+			return
+		}
+		s.inflight[req.id] = req // before Send: the answer may beat Send's return
+		s.mu.Unlock()
+	}
+	if err := st.Send(pr); err != nil {
+		// The stream is gone. Its receiver learns the status from Recv and fails everything in flight on
+		// it, this request included; with acks=0 nothing is in flight, so fail it here.
+		s.breakStream(gen, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "send to broker %d failed: %v", s.node, err))
+		if !acked {
+			s.failRequest(req, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "send to broker %d failed: %v", s.node, err))
+		}
+		return
+	}
+	if !acked {
+		for i, b := range req.batches {
+			p.batchResult(req.parts[i], b, true, -1, -1, nil)
+		}
+	}
+}
+
+func (s *sink) failRequest(req *request, err error) {
+	for i, b := range req.batches {
+		s.p.batchResult(req.parts[i], b, true, -1, -1, err)
+	}
+}
+
+// ensureStream returns the open stream, opening one if there is none.
+func (s *sink) ensureStream() (grpc.BidiStreamingClient[runnelv1.ProduceRequest, runnelv1.ProduceResponse], int, error) {
+	s.mu.Lock()
+	if s.stream != nil {
+		st, gen := s.stream, s.gen
+		s.mu.Unlock()
+		return st, gen, nil
+	}
+	s.mu.Unlock()
+	cc, err := s.p.cl.nodeConn(s.node)
+	if err != nil {
+		return nil, 0, err
+	}
+	ctx, cancel := context.WithCancel(s.p.ctx)
+	st, err := runnelv1.NewRecordsClient(cc).ProduceStream(ctx)
+	if err != nil {
+		cancel()
+		if s.p.ctx.Err() != nil {
+			return nil, 0, ErrClosed
+		}
+		return nil, 0, wireErr(err)
+	}
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
+	s.stream, s.cancel, s.breakErr = st, cancel, nil
+	s.mu.Unlock()
+	s.p.wg.Add(1)
+	go s.recvLoop(st, gen)
+	return st, gen, nil
+}
+
+// breakStream cancels stream generation gen, recording why; its receiver then fails what is in flight.
+func (s *sink) breakStream(gen int, why error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen == gen && s.cancel != nil {
+		if s.breakErr == nil {
+			s.breakErr = why
+		}
+		s.cancel()
+	}
+}
+
+func (s *sink) recvLoop(st grpc.BidiStreamingClient[runnelv1.ProduceRequest, runnelv1.ProduceResponse], gen int) {
+	defer s.p.wg.Done()
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			s.streamFailed(gen, err)
+			return
+		}
+		s.handle(resp)
+	}
+}
+
+// streamFailed retires stream generation gen and fails the requests in flight on it.
+func (s *sink) streamFailed(gen int, recvErr error) {
+	s.mu.Lock()
+	if s.gen != gen {
+		s.mu.Unlock()
+		return
+	}
+	err := s.breakErr
+	if err == nil {
+		if errors.Is(recvErr, io.EOF) {
+			err = rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "broker %d ended the produce stream", s.node)
+		} else {
+			err = wireErr(recvErr)
+			if !retriable(err) && errors.Is(err, context.Canceled) {
+				err = rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "produce stream to broker %d canceled: %v", s.node, recvErr)
+			}
+		}
+	}
+	var reqs []*request
+	for id, req := range s.inflight {
+		if req.gen == gen {
+			reqs = append(reqs, req)
+			delete(s.inflight, id)
+		}
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.stream, s.cancel, s.breakErr = nil, nil, nil
+	s.gen++
+	s.mu.Unlock()
+	if len(reqs) > 0 {
+		s.p.cfg.common.logger.Info("produce stream broke", "broker", s.node, "requests_in_flight", len(reqs), "err", err)
+	}
+	// Settle in send order, so a partition's batches re-queue in order.
+	for i := 1; i < len(reqs); i++ {
+		for j := i; j > 0 && reqs[j].id < reqs[j-1].id; j-- {
+			reqs[j], reqs[j-1] = reqs[j-1], reqs[j]
+		}
+	}
+	for _, req := range reqs {
+		s.failRequest(req, err)
+	}
+	s.wake()
+}
+
+// handle settles the batches of the request resp answers.
+func (s *sink) handle(resp *runnelv1.ProduceResponse) {
+	s.mu.Lock()
+	req := s.inflight[resp.CorrelationId]
+	delete(s.inflight, resp.CorrelationId)
+	s.mu.Unlock()
+	if req == nil {
+		s.p.cfg.common.logger.Warn("answer to an unknown produce request", "broker", s.node, "correlation_id", resp.CorrelationId)
+		return
+	}
+	s.wake() // a request slot is free
+	for i, pp := range req.parts {
+		var res *runnelv1.ProducePartitionResult
+		if i < len(resp.Partitions) && resp.Partitions[i].Topic == pp.topic && resp.Partitions[i].Partition == pp.id {
+			res = resp.Partitions[i]
+		} else {
+			for _, r := range resp.Partitions {
+				if r.Topic == pp.topic && r.Partition == pp.id {
+					res = r
+					break
+				}
+			}
+		}
+		if res == nil {
+			s.p.batchResult(pp, req.batches[i], true, -1, -1, rerr.New(runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, "%s-%d: %v", pp.topic, pp.id, errNoResult))
+			continue
+		}
+		s.p.batchResult(pp, req.batches[i], true, res.BaseOffset, res.LogAppendTimeMs, rerr.FromInfo(res.Error))
+	}
+}

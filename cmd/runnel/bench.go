@@ -1,0 +1,414 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runnel-io/runnel/api/rerr"
+	"github.com/runnel-io/runnel/client"
+	"github.com/spf13/cobra"
+)
+
+// benchFlags are the settings both bench verbs share.
+type benchFlags struct {
+	topic      string
+	count      int64
+	duration   time.Duration
+	output     string
+	cpuProfile string
+	quiet      bool
+}
+
+func newBenchCmd(a *app) *cobra.Command {
+	var bf benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure produce and consume throughput and latency against a node",
+		Long: `Measure throughput (records/s, MB/s where MB = 10^6 bytes of keys and values) and latency
+percentiles against a running node. Run 'bench produce' first: 'bench consume' reads what it wrote.
+Progress goes to stderr; the result to stdout, as a table or (-o json) exactly one JSON line.`,
+		Args: groupArgs,
+		RunE: groupRun,
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&bf.topic, "topic", "bench", "topic to use")
+	pf.Int64Var(&bf.count, "count", 0, "records to produce or consume (0: no count; consume reads the records present at start)")
+	pf.DurationVar(&bf.duration, "duration", 0, "stop after this long, or at --count if sooner (produce without --count: 10s)")
+	pf.StringVarP(&bf.output, "output", "o", "table", "output format: table or json (one line)")
+	pf.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a CPU profile of this client process to the file")
+	pf.BoolVarP(&bf.quiet, "quiet", "q", false, "no progress on stderr")
+	addBrokersFlag(pf, a)
+	cmd.AddCommand(newBenchProduceCmd(a, &bf), newBenchConsumeCmd(a, &bf))
+	return cmd
+}
+
+// benchResult is the outcome of a bench run; -o json prints it as one line.
+type benchResult struct {
+	Mode          string  `json:"mode"`
+	Topic         string  `json:"topic"`
+	Partitions    int     `json:"partitions"`
+	Size          int     `json:"size,omitempty"`
+	Acks          string  `json:"acks,omitempty"`
+	Compression   string  `json:"compression,omitempty"`
+	Producers     int     `json:"producers,omitempty"`
+	Keys          int     `json:"keys,omitempty"`
+	Records       int64   `json:"records"`
+	Bytes         int64   `json:"bytes"`
+	Errors        int64   `json:"errors"`
+	Seconds       float64 `json:"seconds"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	MBPerSec      float64 `json:"mb_per_sec"`
+	// Latency is what the percentiles measure: "produce-to-ack" per record, or "poll" per Poll call.
+	Latency    string  `json:"latency"`
+	LatP50Ms   float64 `json:"p50_ms"`
+	LatP99Ms   float64 `json:"p99_ms"`
+	LatP999Ms  float64 `json:"p999_ms"`
+	LatMaxMs   float64 `json:"max_ms"`
+	FirstError string  `json:"first_error,omitempty"`
+}
+
+func (r *benchResult) fill(n, bytes int64, elapsed time.Duration, h *histogram) {
+	r.Records, r.Bytes = n, bytes
+	r.Seconds = elapsed.Seconds()
+	r.RecordsPerSec = rate(n, elapsed)
+	r.MBPerSec = rate(bytes, elapsed) / 1e6
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	r.LatP50Ms, r.LatP99Ms, r.LatP999Ms, r.LatMaxMs = ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(h.Quantile(0.999)), ms(h.Max())
+}
+
+func (r *benchResult) print(w io.Writer, output string) error {
+	if output == formatJSON {
+		return printJSONLine(w, r)
+	}
+	tw := newTable(w)
+	fmt.Fprintf(tw, "topic\t%s (%d partitions)\n", r.Topic, r.Partitions)
+	if r.Mode == "produce" {
+		keys := "none"
+		if r.Keys > 0 {
+			keys = comma(int64(r.Keys)) + " distinct"
+		}
+		fmt.Fprintf(tw, "settings\t%d-byte values, keys %s, acks=%s, compression=%s, %d producer(s)\n", r.Size, keys, r.Acks, r.Compression, r.Producers)
+	}
+	fmt.Fprintf(tw, "records\t%s in %.2fs, %s errors\n", comma(r.Records), r.Seconds, comma(r.Errors))
+	fmt.Fprintf(tw, "throughput\t%s records/s, %.1f MB/s\n", comma(int64(r.RecordsPerSec)), r.MBPerSec)
+	fmt.Fprintf(tw, "latency (%s)\tp50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms\n", r.Latency, r.LatP50Ms, r.LatP99Ms, r.LatP999Ms, r.LatMaxMs)
+	if r.FirstError != "" {
+		fmt.Fprintf(tw, "first error\t%s\n", r.FirstError)
+	}
+	return tw.Flush()
+}
+
+// startCPUProfile starts profiling into path (if set); the returned func stops it.
+func startCPUProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// ensureTopic creates topic with partitions unless it exists, and returns its partition numbers.
+func ensureTopic(ctx context.Context, adm *client.Admin, topic string, partitions int32) ([]int32, error) {
+	if _, err := adm.CreateTopic(ctx, topic, partitions, -1, nil); err != nil && !errors.Is(err, rerr.ErrTopicAlreadyExists) {
+		return nil, fmt.Errorf("create topic %q: %w", topic, err)
+	}
+	return topicPartitionsWith(ctx, adm, topic)
+}
+
+func newBenchProduceCmd(a *app, bf *benchFlags) *cobra.Command {
+	var (
+		pf         producerFlags
+		size       int
+		partitions int32
+		producers  int
+		keys       int
+	)
+	cmd := &cobra.Command{
+		Use:   "produce",
+		Short: "Produce records as fast as the node takes them",
+		Long: `Produce --count records (or for --duration, default 10s) of --size bytes to --topic, created with
+--partitions if missing, from --producers concurrent producers, and report records/s, MB/s and the
+latency from handing each record to the producer to its acknowledgement (p50, p99, p99.9, max).
+
+Values are random lowercase letters (slices of a 4 MiB random buffer, so they differ and compress
+about as well as text). With --keys N, records carry one of N distinct keys in turn; without, they
+have no key and the sticky partitioner fills one partition's batch at a time.`,
+		Example: `  runnel bench produce --acks 1 --count 5000000
+  runnel bench produce --acks all --duration 30s --producers 2 -o json`,
+		Args: args(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, err := parseOutput(bf.output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
+			if size < 0 || producers < 1 || keys < 0 || bf.count < 0 {
+				return &usageError{errors.New("--size, --keys and --count cannot be negative, --producers must be at least 1")}
+			}
+			opts, err := pf.options(cmd)
+			if err != nil {
+				return err
+			}
+			brokers, err := a.brokerList()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			adm, err := client.NewAdmin(brokers)
+			if err != nil {
+				return fmt.Errorf("admin client: %w", err)
+			}
+			parts, err := ensureTopic(ctx, adm, bf.topic, partitions)
+			adm.Close()
+			if err != nil {
+				return err
+			}
+			duration := bf.duration
+			if bf.count == 0 && duration == 0 {
+				duration = 10 * time.Second
+			}
+			stopProf, err := startCPUProfile(bf.cpuProfile)
+			if err != nil {
+				return err
+			}
+			res := benchResult{Mode: "produce", Topic: bf.topic, Partitions: len(parts), Size: size,
+				Acks: pf.acks, Compression: pf.compression, Producers: producers, Keys: keys, Latency: "produce-to-ack"}
+			st, h, elapsed, err := benchProduce(ctx, brokers, opts, bf, duration, size, producers, keys, cmd.ErrOrStderr())
+			stopProf()
+			if err != nil {
+				return err
+			}
+			res.fill(st.acked.Load(), st.ackedBytes.Load(), elapsed, h)
+			res.Errors = st.failed.Load()
+			if first := st.first(); first != nil {
+				res.FirstError = first.Error()
+			}
+			if err := res.print(cmd.OutOrStdout(), out); err != nil {
+				return err
+			}
+			return st.result(context.Background(), nil)
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&size, "size", 100, "bytes per record value")
+	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic when it has to be created")
+	fs.IntVar(&producers, "producers", 1, "concurrent producers (each its own client and connection)")
+	fs.IntVar(&keys, "keys", 0, "give records keys, cycling through this many distinct ones (0: no keys; --keys alone: 10000)")
+	fs.Lookup("keys").NoOptDefVal = "10000"
+	pf.register(cmd)
+	return cmd
+}
+
+// letters is the alphabet of bench values.
+const letters = "abcdefghijklmnopqrstuvwxyz"
+
+// benchProduce runs the producers and returns the counts, the latency histogram and the time from the
+// first record to the last acknowledgement.
+func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerOption, bf *benchFlags,
+	duration time.Duration, size, producers, nkeys int, stderr io.Writer) (*produceStats, *histogram, time.Duration, error) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	payload := make([]byte, 4<<20+size)
+	for i := range payload {
+		payload[i] = letters[rng.IntN(len(letters))]
+	}
+	keys := make([][]byte, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Appendf(nil, "key-%07d", i)
+	}
+	ps := make([]*client.Producer, producers)
+	for i := range ps {
+		p, err := client.NewProducer(brokers, opts...)
+		if err != nil {
+			for _, q := range ps[:i] {
+				q.Close()
+			}
+			return nil, nil, 0, fmt.Errorf("producer: %w", err)
+		}
+		ps[i] = p
+	}
+	st := &produceStats{}
+	h := &histogram{}
+	pool := sync.Pool{New: func() any { return new(client.Record) }}
+	promise := func(r *client.Record, err error) {
+		if err != nil {
+			st.fail(fmt.Errorf("record for partition %d: %w", r.Partition, err))
+		} else {
+			h.Record(time.Since(r.Timestamp))
+			st.acked.Add(1)
+			st.ackedBytes.Add(int64(len(r.Key) + len(r.Value)))
+		}
+		*r = client.Record{}
+		pool.Put(r)
+	}
+	var remaining atomic.Int64
+	remaining.Store(bf.count)
+	var prog *progress
+	if !bf.quiet {
+		prog = startProgress(stderr, "bench produce "+bf.topic, nil, &st.acked, &st.ackedBytes)
+	}
+	start := time.Now()
+	deadline := start.Add(duration)
+	var wg sync.WaitGroup
+	errs := make([]error, producers)
+	for w, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), rand.Uint64()))
+			for i := 0; ctx.Err() == nil; i++ {
+				if bf.count > 0 && remaining.Add(-1) < 0 {
+					break
+				}
+				if duration > 0 && i%64 == 0 && time.Now().After(deadline) {
+					break
+				}
+				r := pool.Get().(*client.Record)
+				r.Topic, r.Partition = bf.topic, -1
+				off := rng.IntN(len(payload) - size + 1)
+				r.Value = payload[off : off+size : off+size]
+				if nkeys > 0 {
+					r.Key = keys[(i*producers+w)%nkeys]
+				}
+				st.read.Add(1)
+				r.Timestamp = time.Now()
+				p.Produce(ctx, r, promise)
+			}
+			errs[w] = p.Flush(context.Background())
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if prog != nil {
+		prog.Stop()
+	}
+	for _, p := range ps {
+		p.Close()
+	}
+	if err := errors.Join(errs...); err != nil && st.failed.Load() == 0 {
+		return nil, nil, 0, fmt.Errorf("flush: %w", err)
+	}
+	return st, h, elapsed, nil
+}
+
+func newBenchConsumeCmd(a *app, bf *benchFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "consume",
+		Short: "Read a topic from the start as fast as the node serves it",
+		Long: `Read --topic from the earliest offset of every partition: all records present at start, or --count
+records (waiting for more if needed), or for --duration. Reports records/s, MB/s and the latency of
+each Poll call (p50, p99, p99.9, max).`,
+		Example: `  runnel bench produce --count 5000000 && runnel bench consume`,
+		Args:    args(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, err := parseOutput(bf.output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
+			brokers, err := a.brokerList()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			adm, err := client.NewAdmin(brokers)
+			if err != nil {
+				return fmt.Errorf("admin client: %w", err)
+			}
+			defer adm.Close()
+			parts, err := topicPartitionsWith(ctx, adm, bf.topic)
+			if err != nil {
+				return err
+			}
+			target := bf.count
+			if target == 0 {
+				ends, err := latestOffsets(ctx, adm, bf.topic, parts)
+				if err != nil {
+					return err
+				}
+				for _, p := range parts {
+					start, _, err := adm.ListOffsets(ctx, bf.topic, p, client.OffsetEarliest())
+					if err != nil {
+						return fmt.Errorf("earliest offset of %s/%d: %w", bf.topic, p, err)
+					}
+					target += ends[p] - start
+				}
+				if target == 0 {
+					return fmt.Errorf("topic %q has no records: run 'runnel bench produce --topic %s' first", bf.topic, bf.topic)
+				}
+			}
+			c, err := client.NewConsumer(brokers)
+			if err != nil {
+				return fmt.Errorf("consumer: %w", err)
+			}
+			defer c.Close()
+			for _, p := range parts {
+				if err := c.Assign(bf.topic, p, client.OffsetEarliest()); err != nil {
+					return fmt.Errorf("assign %s/%d: %w", bf.topic, p, err)
+				}
+			}
+			stopProf, err := startCPUProfile(bf.cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer stopProf()
+			var n, bytes atomic.Int64
+			var prog *progress
+			if !bf.quiet {
+				prog = startProgress(cmd.ErrOrStderr(), "bench consume "+bf.topic, nil, &n, &bytes)
+			}
+			h := &histogram{}
+			pctx := ctx
+			if bf.duration > 0 {
+				var cancel context.CancelFunc
+				pctx, cancel = context.WithTimeout(ctx, bf.duration)
+				defer cancel()
+			}
+			start := time.Now()
+			var pollErr error
+			for n.Load() < target {
+				t0 := time.Now()
+				recs, err := c.Poll(pctx)
+				if err != nil {
+					if pctx.Err() == nil {
+						pollErr = err
+					}
+					break
+				}
+				h.Record(time.Since(t0))
+				var b int64
+				for _, r := range recs {
+					b += int64(len(r.Key) + len(r.Value))
+				}
+				n.Add(int64(len(recs)))
+				bytes.Add(b)
+			}
+			elapsed := time.Since(start)
+			if prog != nil {
+				prog.Stop()
+			}
+			if pollErr != nil {
+				return fmt.Errorf("consume %s: %w", bf.topic, pollErr)
+			}
+			if ctx.Err() != nil {
+				return &exitError{code: 130, err: errors.New("interrupted")}
+			}
+			res := benchResult{Mode: "consume", Topic: bf.topic, Partitions: len(parts), Latency: "poll"}
+			res.fill(n.Load(), bytes.Load(), elapsed, h)
+			return res.print(cmd.OutOrStdout(), out)
+		},
+	}
+	return cmd
+}

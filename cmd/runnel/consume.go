@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/runnel-io/runnel/client"
+	"github.com/spf13/cobra"
+)
+
+func newConsumeCmd(a *app) *cobra.Command {
+	var (
+		from       string
+		partitions []int32
+		max        int64
+		toEnd      bool
+		output     string
+	)
+	cmd := &cobra.Command{
+		Use:   "consume TOPIC",
+		Short: "Read records from a topic and print them",
+		Long: `Read records from every partition of a topic (or those given with --partition) and print them.
+
+--from says where to start in each partition: earliest (the default: everything retained), latest
+(only records written from now on), an offset, or an RFC 3339 time (the first record at or after it).
+
+Without --max-messages or --end it follows the topic until Ctrl-C. Output formats (-o):
+  raw    the value, one line per record (the default; what 'runnel produce' reads back in)
+  json   one JSON object per line: topic, partition, offset, timestamp (RFC 3339, UTC), key, value,
+         headers. Keys and values are strings when valid UTF-8, else base64 with
+         "key_encoding"/"value_encoding": "base64"; a missing key or value is null.
+  table  columns PARTITION, OFFSET, TIMESTAMP, KEY, VALUE
+Records of one partition come in offset order; partitions are interleaved.`,
+		Example: `  runnel consume flights --max-messages 10 -o json
+  runnel consume flights -p 0 -p 3 --from 2001-01-15T00:00:00Z -o table
+  runnel consume flights --end > flights.ndjson`,
+		Args: args(1, 1, "one TOPIC"),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			topic := argv[0]
+			fs, err := parseFrom(from)
+			if err != nil {
+				return &usageError{err}
+			}
+			format, err := parseOutput(output, formatRaw, formatJSON, formatTable)
+			if err != nil {
+				return &usageError{err}
+			}
+			if max < 0 {
+				return &usageError{errors.New("--max-messages cannot be negative")}
+			}
+			brokers, err := a.brokerList()
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			adm, err := client.NewAdmin(brokers)
+			if err != nil {
+				return fmt.Errorf("admin client: %w", err)
+			}
+			defer adm.Close()
+			all, err := topicPartitionsWith(ctx, adm, topic)
+			if err != nil {
+				return err
+			}
+			parts := all
+			if len(partitions) > 0 {
+				parts = nil
+				for _, p := range partitions {
+					if !slices.Contains(all, p) {
+						return &usageError{fmt.Errorf("--partition %d: topic %q has partitions 0 to %d", p, topic, len(all)-1)}
+					}
+					if !slices.Contains(parts, p) {
+						parts = append(parts, p)
+					}
+				}
+			}
+			var ends map[int32]int64
+			if toEnd {
+				if ends, err = latestOffsets(ctx, adm, topic, parts); err != nil {
+					return err
+				}
+			}
+			c, err := client.NewConsumer(brokers)
+			if err != nil {
+				return fmt.Errorf("consumer: %w", err)
+			}
+			defer c.Close()
+			for _, p := range parts {
+				if err := c.Assign(topic, p, fs.clientOffset()); err != nil {
+					return fmt.Errorf("assign %s/%d from %s: %w", topic, p, fs, err)
+				}
+			}
+			rw := newRecordWriter(cmd.OutOrStdout(), format)
+			defer rw.flush()
+			var n int64
+			for {
+				if ends != nil && reachedEnds(c, topic, ends) {
+					return nil
+				}
+				recs, err := c.Poll(ctx)
+				if err != nil {
+					if ctx.Err() != nil {
+						return nil // Ctrl-C ends a follow
+					}
+					return fmt.Errorf("consume %s: %w", topic, err)
+				}
+				for _, r := range recs {
+					if err := rw.write(r); err != nil {
+						return err
+					}
+					if n++; max > 0 && n >= max {
+						return rw.flush()
+					}
+				}
+				if err := rw.flush(); err != nil {
+					return err
+				}
+			}
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&from, "from", "earliest", "where to start: earliest, latest, an offset, or an RFC 3339 time")
+	fs.Int32SliceVarP(&partitions, "partition", "p", nil, "read only these partitions (repeatable or comma-separated; default all)")
+	fs.Int64VarP(&max, "max-messages", "n", 0, "exit after this many records (0: no limit)")
+	fs.BoolVarP(&toEnd, "end", "e", false, "exit once every partition is read up to the high watermark it had at start")
+	addOutputFlag(cmd, &output, formatRaw, formatJSON, formatTable)
+	addBrokersFlag(fs, a)
+	return cmd
+}
+
+// latestOffsets returns the high watermark of each partition.
+func latestOffsets(ctx context.Context, adm *client.Admin, topic string, parts []int32) (map[int32]int64, error) {
+	ends := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		off, _, err := adm.ListOffsets(ctx, topic, p, client.OffsetLatest())
+		if err != nil {
+			return nil, fmt.Errorf("latest offset of %s/%d: %w", topic, p, err)
+		}
+		ends[p] = off
+	}
+	return ends, nil
+}
+
+// reachedEnds reports whether the consumer's position in each partition is at or past its end.
+func reachedEnds(c *client.Consumer, topic string, ends map[int32]int64) bool {
+	for p, end := range ends {
+		if c.Position(topic, p) < end {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,450 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/runnel-io/runnel/api/rerr"
+	"github.com/runnel-io/runnel/client"
+	"github.com/spf13/cobra"
+)
+
+func newTopicCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "topic",
+		Short: "Create, list, describe, alter and delete topics",
+		Args:  groupArgs,
+		RunE:  groupRun,
+	}
+	addBrokersFlag(cmd.PersistentFlags(), a)
+	cmd.AddCommand(newTopicCreateCmd(a), newTopicListCmd(a), newTopicDescribeCmd(a), newTopicAlterCmd(a), newTopicDeleteCmd(a))
+	return cmd
+}
+
+// addOutputFlag registers -o/--output with the given formats, the first being the default.
+func addOutputFlag(cmd *cobra.Command, p *string, formats ...string) {
+	cmd.Flags().StringVarP(p, "output", "o", formats[0], "output format: "+strings.Join(formats, " or "))
+}
+
+// withAdmin opens an Admin client, runs fn and closes it.
+func withAdmin(a *app, fn func(*client.Admin) error) error {
+	brokers, err := a.brokerList()
+	if err != nil {
+		return err
+	}
+	adm, err := client.NewAdmin(brokers)
+	if err != nil {
+		return fmt.Errorf("admin client: %w", err)
+	}
+	defer adm.Close()
+	return fn(adm)
+}
+
+// topicResult is the outcome for one topic of create or delete.
+type topicResult struct {
+	Name    string `json:"name"`
+	TopicID string `json:"topic_id,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// printTopicResults prints create/delete outcomes and returns an error if any topic failed.
+func printTopicResults(w io.Writer, output, verb string, results []topicResult, errs []error) error {
+	if output == formatJSON {
+		if err := printJSON(w, results); err != nil {
+			return err
+		}
+	} else {
+		tw := newTable(w)
+		fmt.Fprintln(tw, "TOPIC\tID\tSTATUS")
+		for _, r := range results {
+			status := verb
+			if r.Error != "" {
+				status = r.Error
+			}
+			id := r.TopicID
+			if id == "" {
+				id = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", r.Name, id, status)
+		}
+		tw.Flush()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return &exitError{code: 1, err: fmt.Errorf("%d of %d topics failed: %w", len(errs), len(results), err)}
+	}
+	return nil
+}
+
+func newTopicCreateCmd(a *app) *cobra.Command {
+	var (
+		partitions, rf int32
+		configs        []string
+		output         string
+	)
+	cmd := &cobra.Command{
+		Use:   "create TOPIC...",
+		Short: "Create topics",
+		Long: `Create one or more topics. Names follow Kafka's rules: up to 249 characters of
+[a-zA-Z0-9._-], not "." or "..". Topic configs (-c) are listed in docs/configuration.md.`,
+		Example: `  runnel topic create flights -p 12
+  runnel topic create events -p 3 -c retention.ms=3600000 -c max.message.bytes=2097152`,
+		Args: args(1, -1, "at least one TOPIC"),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			out, err := parseOutput(output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
+			cfg, err := parseKVs("config", configs)
+			if err != nil {
+				return &usageError{err}
+			}
+			return withAdmin(a, func(adm *client.Admin) error {
+				var results []topicResult
+				var errs []error
+				for _, name := range names {
+					id, err := adm.CreateTopic(cmd.Context(), name, partitions, rf, cfg)
+					r := topicResult{Name: name, TopicID: id}
+					if err != nil {
+						r.Error = err.Error()
+						errs = append(errs, fmt.Errorf("create topic %q: %w", name, err))
+					}
+					results = append(results, r)
+				}
+				return printTopicResults(cmd.OutOrStdout(), out, "created", results, errs)
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.Int32VarP(&partitions, "partitions", "p", -1, "number of partitions (-1: the broker's default)")
+	fs.Int32VarP(&rf, "replication-factor", "r", -1, "copies of each partition (-1: the broker's default)")
+	fs.StringArrayVarP(&configs, "config", "c", nil, "topic config key=value (repeatable)")
+	addOutputFlag(cmd, &output, formatTable, formatJSON)
+	return cmd
+}
+
+func newTopicDeleteCmd(a *app) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "delete TOPIC...",
+		Short: "Delete topics and all their records",
+		Args:  args(1, -1, "at least one TOPIC"),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			out, err := parseOutput(output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
+			return withAdmin(a, func(adm *client.Admin) error {
+				var results []topicResult
+				var errs []error
+				for _, name := range names {
+					r := topicResult{Name: name}
+					if err := adm.DeleteTopic(cmd.Context(), name); err != nil {
+						r.Error = err.Error()
+						errs = append(errs, fmt.Errorf("delete topic %q: %w", name, err))
+					}
+					results = append(results, r)
+				}
+				return printTopicResults(cmd.OutOrStdout(), out, "deleted", results, errs)
+			})
+		},
+	}
+	addOutputFlag(cmd, &output, formatTable, formatJSON)
+	return cmd
+}
+
+// topicSummaryView is one row of `topic list -o json`.
+type topicSummaryView struct {
+	Name              string `json:"name"`
+	TopicID           string `json:"topic_id"`
+	Partitions        int32  `json:"partitions"`
+	ReplicationFactor int32  `json:"replication_factor"`
+	Internal          bool   `json:"internal"`
+}
+
+func newTopicListCmd(a *app) *cobra.Command {
+	var (
+		internal bool
+		output   string
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List topics",
+		Args:    args(0, 0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, err := parseOutput(output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
+			return withAdmin(a, func(adm *client.Admin) error {
+				ts, err := adm.ListTopics(cmd.Context(), internal)
+				if err != nil {
+					return fmt.Errorf("list topics: %w", err)
+				}
+				views := make([]topicSummaryView, 0, len(ts))
+				for _, t := range ts {
+					views = append(views, topicSummaryView{Name: t.Name, TopicID: t.TopicID, Partitions: t.Partitions,
+						ReplicationFactor: t.ReplicationFactor, Internal: t.Internal})
+				}
+				sort.Slice(views, func(i, j int) bool { return views[i].Name < views[j].Name })
+				w := cmd.OutOrStdout()
+				if out == formatJSON {
+					return printJSON(w, views)
+				}
+				tw := newTable(w)
+				fmt.Fprintln(tw, "NAME\tPARTITIONS\tREPLICAS\tID")
+				for _, v := range views {
+					name := v.Name
+					if v.Internal {
+						name += " (internal)"
+					}
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, v.Partitions, v.ReplicationFactor, v.TopicID)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&internal, "internal", "i", false, "include internal topics")
+	addOutputFlag(cmd, &output, formatTable, formatJSON)
+	return cmd
+}
+
+// configView is one topic config in JSON output.
+type configView struct {
+	Name      string `json:"name"`
+	Value     string `json:"value"`
+	IsDefault bool   `json:"is_default"`
+}
+
+// partitionView is one partition in `topic describe -o json`.
+type partitionView struct {
+	Partition      int32   `json:"partition"`
+	LeaderID       int32   `json:"leader_id"`
+	LeaderEpoch    int32   `json:"leader_epoch"`
+	Replicas       []int32 `json:"replicas"`
+	ISR            []int32 `json:"isr"`
+	LogStartOffset int64   `json:"log_start_offset"`
+	HighWatermark  int64   `json:"high_watermark"`
+	LogEndOffset   int64   `json:"log_end_offset"`
+	SizeBytes      int64   `json:"size_bytes"`
+}
+
+// topicView is `topic describe -o json` for one topic.
+type topicView struct {
+	Name              string          `json:"name"`
+	TopicID           string          `json:"topic_id"`
+	ReplicationFactor int32           `json:"replication_factor"`
+	Internal          bool            `json:"internal"`
+	Configs           []configView    `json:"configs"`
+	Partitions        []partitionView `json:"partitions"`
+}
+
+func configViews(cs []client.ConfigEntry) []configView {
+	vs := make([]configView, 0, len(cs))
+	for _, c := range cs {
+		vs = append(vs, configView{Name: c.Name, Value: c.Value, IsDefault: c.IsDefault})
+	}
+	sort.Slice(vs, func(i, j int) bool { return vs[i].Name < vs[j].Name })
+	return vs
+}
+
+func toTopicView(d *client.TopicDescription) topicView {
+	v := topicView{Name: d.Name, TopicID: d.TopicID, ReplicationFactor: d.ReplicationFactor, Internal: d.Internal,
+		Configs: configViews(d.Configs), Partitions: make([]partitionView, 0, len(d.Partitions))}
+	for _, p := range d.Partitions {
+		v.Partitions = append(v.Partitions, partitionView{Partition: p.Partition, LeaderID: p.LeaderID,
+			LeaderEpoch: p.LeaderEpoch, Replicas: nonNil(p.Replicas), ISR: nonNil(p.ISR), LogStartOffset: p.LogStartOffset,
+			HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes})
+	}
+	sort.Slice(v.Partitions, func(i, j int) bool { return v.Partitions[i].Partition < v.Partitions[j].Partition })
+	return v
+}
+
+func nonNil(s []int32) []int32 {
+	if s == nil {
+		return []int32{}
+	}
+	return s
+}
+
+// printConfigs prints configs as a KEY VALUE SOURCE table.
+func printConfigs(w io.Writer, cs []configView) error {
+	tw := newTable(w)
+	fmt.Fprintln(tw, "KEY\tVALUE\tSOURCE")
+	for _, c := range cs {
+		src := "topic"
+		if c.IsDefault {
+			src = "default"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Value, src)
+	}
+	return tw.Flush()
+}
+
+func joinInt32(s []int32) string {
+	parts := make([]string, len(s))
+	for i, v := range s {
+		parts[i] = fmt.Sprint(v)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// printTopicView prints a description as three sections: summary, configs, partitions.
+func printTopicView(w io.Writer, v topicView) error {
+	tw := newTable(w)
+	fmt.Fprintf(tw, "NAME\t%s\nID\t%s\nPARTITIONS\t%d\nREPLICATION FACTOR\t%d\n", v.Name, v.TopicID, len(v.Partitions), v.ReplicationFactor)
+	if v.Internal {
+		fmt.Fprintln(tw, "INTERNAL\ttrue")
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nCONFIGS")
+	printConfigs(w, v.Configs)
+	fmt.Fprintln(w, "\nPARTITIONS")
+	tw = newTable(w)
+	fmt.Fprintln(tw, "PARTITION\tLEADER\tEPOCH\tREPLICAS\tISR\tLOG-START\tHIGH-WATERMARK\tLOG-END\tSIZE")
+	var records, size int64
+	for _, p := range v.Partitions {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", p.Partition, p.LeaderID, p.LeaderEpoch,
+			joinInt32(p.Replicas), joinInt32(p.ISR), p.LogStartOffset, p.HighWatermark, p.LogEndOffset, bytesIEC(p.SizeBytes))
+		records += p.HighWatermark - p.LogStartOffset
+		size += p.SizeBytes
+	}
+	tw.Flush()
+	_, err := fmt.Fprintf(w, "\n%s records readable (high watermark minus log start, summed), %s stored\n", comma(records), bytesIEC(size))
+	return err
+}
+
+func newTopicDescribeCmd(a *app) *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "describe TOPIC...",
+		Short: "Show a topic's configs and partitions with their offsets",
+		Args:  args(1, -1, "at least one TOPIC"),
+		RunE: func(cmd *cobra.Command, names []string) error {
+			out, err := parseOutput(output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
+			return withAdmin(a, func(adm *client.Admin) error {
+				var views []topicView
+				for _, name := range names {
+					d, err := adm.DescribeTopic(cmd.Context(), name)
+					if err != nil {
+						return fmt.Errorf("describe topic %q: %w", name, err)
+					}
+					views = append(views, toTopicView(d))
+				}
+				w := cmd.OutOrStdout()
+				if out == formatJSON {
+					if len(views) == 1 {
+						return printJSON(w, views[0])
+					}
+					return printJSON(w, views)
+				}
+				for i, v := range views {
+					if i > 0 {
+						fmt.Fprintln(w)
+					}
+					if err := printTopicView(w, v); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+	addOutputFlag(cmd, &output, formatTable, formatJSON)
+	return cmd
+}
+
+func newTopicAlterCmd(a *app) *cobra.Command {
+	var (
+		set, del []string
+		output   string
+	)
+	cmd := &cobra.Command{
+		Use:   "alter TOPIC",
+		Short: "Set or delete topic configs",
+		Long: `Set topic configs (--set key=value) or delete them (--delete key), which returns them to the
+broker's default. Prints the topic's configs afterwards.`,
+		Example: `  runnel topic alter flights --set retention.ms=86400000 --delete max.message.bytes`,
+		Args:    args(1, 1, "one TOPIC"),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			out, err := parseOutput(output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
+			if len(set) == 0 && len(del) == 0 {
+				return &usageError{errors.New("nothing to change: give --set key=value or --delete key")}
+			}
+			setMap, err := parseKVs("set", set)
+			if err != nil {
+				return &usageError{err}
+			}
+			for _, k := range del {
+				if _, both := setMap[k]; both {
+					return &usageError{fmt.Errorf("%q is both set and deleted", k)}
+				}
+			}
+			return withAdmin(a, func(adm *client.Admin) error {
+				cs, err := adm.AlterTopicConfig(cmd.Context(), argv[0], setMap, del)
+				if err != nil {
+					return fmt.Errorf("alter topic %q: %w", argv[0], err)
+				}
+				if out == formatJSON {
+					return printJSON(cmd.OutOrStdout(), configViews(cs))
+				}
+				return printConfigs(cmd.OutOrStdout(), configViews(cs))
+			})
+		},
+	}
+	cmd.Flags().StringArrayVar(&set, "set", nil, "set config key=value (repeatable)")
+	cmd.Flags().StringArrayVar(&del, "delete", nil, "delete config key, back to the default (repeatable)")
+	addOutputFlag(cmd, &output, formatTable, formatJSON)
+	return cmd
+}
+
+// topicPartitions returns the partition numbers of topic, in order. An unknown topic gets a hint to
+// create it.
+func topicPartitions(ctx context.Context, brokers []string, topic string) ([]int32, error) {
+	adm, err := client.NewAdmin(brokers)
+	if err != nil {
+		return nil, fmt.Errorf("admin client: %w", err)
+	}
+	defer adm.Close()
+	return topicPartitionsWith(ctx, adm, topic)
+}
+
+func topicPartitionsWith(ctx context.Context, adm *client.Admin, topic string) ([]int32, error) {
+	md, err := adm.Metadata(ctx, topic)
+	if err == nil {
+		for _, t := range md.GetTopics() {
+			if t.GetName() != topic {
+				continue
+			}
+			if err = rerr.FromInfo(t.GetError()); err != nil {
+				break
+			}
+			var ps []int32
+			for _, p := range t.GetPartitions() {
+				ps = append(ps, p.GetPartition())
+			}
+			if len(ps) == 0 {
+				return nil, fmt.Errorf("topic %q: %w", topic, errNoPartitions)
+			}
+			sort.Slice(ps, func(i, j int) bool { return ps[i] < ps[j] })
+			return ps, nil
+		}
+		if err == nil {
+			err = rerr.New(rerr.ErrUnknownTopicOrPartition.Code, "topic %q does not exist", topic)
+		}
+	}
+	if errors.Is(err, rerr.ErrUnknownTopicOrPartition) {
+		return nil, fmt.Errorf("topic %q: %w (create it with 'runnel topic create %s')", topic, err, topic)
+	}
+	return nil, fmt.Errorf("metadata of topic %q: %w", topic, err)
+}

@@ -1,0 +1,184 @@
+package platform
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/broker"
+	"github.com/runnel-io/runnel/broker/plog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// Node is one running Runnel node.
+type Node struct {
+	cfg Config
+	log *slog.Logger
+
+	store  *plog.Store
+	broker *broker.Broker
+	grpc   *grpc.Server
+	health *health.Server
+	http   *http.Server
+
+	grpcLn, httpLn net.Listener
+	wg             sync.WaitGroup
+	closeOnce      sync.Once
+	closeErr       error
+}
+
+// New validates cfg and returns a node that is not started yet. logger may be nil (slog.Default).
+func New(cfg Config, logger *slog.Logger) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid config: %w", err)
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Node{cfg: cfg, log: logger}, nil
+}
+
+// Start opens storage (recovering it after a crash), binds the listeners and serves. On error nothing
+// is left running.
+func (n *Node) Start() (err error) {
+	defer func() {
+		if err != nil {
+			n.Close()
+		}
+	}()
+	opts := n.cfg.storeOptions()
+	opts.Logger = n.log
+	if n.store, err = plog.Open(opts); err != nil {
+		return fmt.Errorf("open storage in %s: %w", n.cfg.DataDir, err)
+	}
+	if n.grpcLn, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
+		return fmt.Errorf("listen on %s for gRPC: %w", n.cfg.GRPCAddr, err)
+	}
+	adv := n.cfg.AdvertisedGRPCAddr
+	if adv == "" {
+		adv = n.grpcLn.Addr().String()
+	}
+	if n.broker, err = broker.New(broker.Config{NodeID: n.cfg.NodeID, AdvertisedAddr: adv, Rack: n.cfg.Rack,
+		RetentionCheckInterval: n.cfg.RetentionCheckInterval}, n.store, n.log); err != nil {
+		return err
+	}
+	n.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(broker.MaxMessageBytes),
+		grpc.MaxSendMsgSize(broker.MaxMessageBytes),
+		// Produce streams and long polls live long; keep idle connections up and notice dead peers.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	)
+	runnelv1.RegisterRecordsServer(n.grpc, n.broker)
+	runnelv1.RegisterAdminServer(n.grpc, n.broker)
+	n.health = health.NewServer()
+	healthpb.RegisterHealthServer(n.grpc, n.health)
+	reflection.Register(n.grpc)
+	for _, svc := range []string{"", runnelv1.Records_ServiceDesc.ServiceName, runnelv1.Admin_ServiceDesc.ServiceName} {
+		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := n.grpc.Serve(n.grpcLn); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			n.log.Error("gRPC server stopped", "err", err)
+		}
+	}()
+	if n.cfg.HTTPAddr != "" {
+		if n.httpLn, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("listen on %s for HTTP: %w", n.cfg.HTTPAddr, err)
+		}
+		n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.http.Serve(n.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error("HTTP server stopped", "err", err)
+			}
+		}()
+	}
+	n.log.Info("node started", "node_id", n.cfg.NodeID, "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "data_dir", n.cfg.DataDir, "fsync", n.cfg.Fsync)
+	return nil
+}
+
+func (n *Node) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if n.broker == nil || !n.broker.Ready() {
+			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	return mux
+}
+
+// GRPCAddr returns the bound gRPC address (host:port), or "" before Start.
+func (n *Node) GRPCAddr() string {
+	if n.grpcLn == nil {
+		return ""
+	}
+	return n.grpcLn.Addr().String()
+}
+
+// HTTPAddr returns the bound HTTP address, or "" when HTTP is off or before Start.
+func (n *Node) HTTPAddr() string {
+	if n.httpLn == nil {
+		return ""
+	}
+	return n.httpLn.Addr().String()
+}
+
+// Broker returns the node's broker (nil before Start), for tests and the composition of later parts.
+func (n *Node) Broker() *broker.Broker { return n.broker }
+
+// Close stops serving (gracefully within ShutdownTimeout), then closes the broker and storage. It is
+// safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		if n.health != nil {
+			n.health.Shutdown()
+		}
+		if n.http != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
+			n.http.Shutdown(ctx)
+			cancel()
+		} else if n.httpLn != nil {
+			n.httpLn.Close()
+		}
+		if n.grpc != nil {
+			stopped := make(chan struct{})
+			go func() { n.grpc.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(n.cfg.ShutdownTimeout):
+				n.grpc.Stop() // long polls and open produce streams are cut
+				<-stopped
+			}
+		} else if n.grpcLn != nil {
+			n.grpcLn.Close()
+		}
+		n.wg.Wait()
+		if n.broker != nil {
+			n.broker.Close()
+		}
+		if n.store != nil {
+			n.closeErr = n.store.Close()
+		}
+		n.log.Info("node stopped", "node_id", n.cfg.NodeID)
+	})
+	return n.closeErr
+}
