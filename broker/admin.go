@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/broker/topiccfg"

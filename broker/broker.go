@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/plog"
 )

@@ -5,8 +5,8 @@ import (
 	"reflect"
 	"time"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/plog"
 )
 

@@ -3,8 +3,8 @@ package broker
 import (
 	"context"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/meta"
 )
 

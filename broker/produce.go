@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/client/batch"
 	"google.golang.org/grpc"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
 	"github.com/runnel-io/runnel/platform"
 	"google.golang.org/grpc"

@@ -17,8 +17,8 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/google/uuid"
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/topiccfg"
 )
 

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 )
 
 // Config names.

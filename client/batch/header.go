@@ -27,8 +27,8 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 )
 
 // HeaderSize is the size in bytes of a RecordBatch v2 header; the smallest batch is this long.
@@ -212,7 +212,9 @@ func Split(b []byte, fn func(batch []byte, h Header) error) error {
 func SetBaseOffset(b []byte, offset int64) { binary.BigEndian.PutUint64(b[0:], uint64(offset)) }
 
 // SetPartitionLeaderEpoch writes the leader epoch of the appending leader (outside the CRC).
-func SetPartitionLeaderEpoch(b []byte, epoch int32) { binary.BigEndian.PutUint32(b[12:], uint32(epoch)) }
+func SetPartitionLeaderEpoch(b []byte, epoch int32) {
+	binary.BigEndian.PutUint32(b[12:], uint32(epoch))
+}
 
 // SetLogAppendTime marks the batch at b as carrying the broker's append time (ms) for topics with
 // message.timestamp.type=LogAppendTime: it sets the timestamp-type bit and maxTimestamp (which readers
