@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"time"
 
@@ -123,6 +124,12 @@ func (n *Node) httpHandler() http.Handler {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	// Profiles of a running node (go tool pprof http://HOST:PORT/debug/pprof/profile), bound to the
+	// HTTP address, which is loopback by default.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	return mux
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
@@ -506,5 +507,38 @@ func TestRestartKeepsTopicsAndData(t *testing.T) {
 		if c.Name == "retention.ms" && (c.Value != "-1" || c.IsDefault) {
 			t.Fatalf("retention.ms after restart: %+v", c)
 		}
+	}
+}
+
+func TestHTTPHealth(t *testing.T) {
+	tn := startNode(t, t.TempDir())
+	for path, want := range map[string]string{"/healthz": "ok\n", "/readyz": "ready\n"} {
+		resp, err := http.Get("http://" + tn.node.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != want {
+			t.Fatalf("%s: %d %q", path, resp.StatusCode, body)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, m := range map[string]func(*platform.Config){
+		"empty data dir": func(c *platform.Config) { c.DataDir = "" },
+		"bad grpc addr":  func(c *platform.Config) { c.GRPCAddr = "nowhere" },
+		"tiny memtable":  func(c *platform.Config) { c.MemTableBytes = 10 },
+		"zero interval":  func(c *platform.Config) { c.RetentionCheckInterval = 0 },
+	} {
+		cfg := platform.DefaultConfig()
+		m(&cfg)
+		if _, err := platform.New(cfg, nil); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if err := platform.DefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
 	}
 }

@@ -89,7 +89,11 @@ func Retriable(code runnelv1.ErrorCode) bool {
 		runnelv1.ErrorCode_REQUEST_TIMED_OUT,
 		runnelv1.ErrorCode_NOT_ENOUGH_REPLICAS,
 		runnelv1.ErrorCode_NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-		runnelv1.ErrorCode_KAFKA_STORAGE_ERROR:
+		runnelv1.ErrorCode_KAFKA_STORAGE_ERROR,
+		runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS,
+		runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE,
+		runnelv1.ErrorCode_NOT_COORDINATOR,
+		runnelv1.ErrorCode_REBALANCE_IN_PROGRESS:
 		return true
 	}
 	return false
@@ -106,6 +110,16 @@ func GRPCCode(code runnelv1.ErrorCode) codes.Code {
 		return codes.NotFound
 	case runnelv1.ErrorCode_TOPIC_ALREADY_EXISTS:
 		return codes.AlreadyExists
+	case runnelv1.ErrorCode_GROUP_ID_NOT_FOUND:
+		return codes.NotFound
+	case runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS, runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE:
+		return codes.Unavailable
+	case runnelv1.ErrorCode_NOT_COORDINATOR, runnelv1.ErrorCode_UNKNOWN_MEMBER_ID, runnelv1.ErrorCode_FENCED_MEMBER_EPOCH,
+		runnelv1.ErrorCode_STALE_MEMBER_EPOCH, runnelv1.ErrorCode_ILLEGAL_GENERATION, runnelv1.ErrorCode_FENCED_INSTANCE_ID,
+		runnelv1.ErrorCode_UNRELEASED_INSTANCE_ID, runnelv1.ErrorCode_NON_EMPTY_GROUP, runnelv1.ErrorCode_REBALANCE_IN_PROGRESS:
+		return codes.FailedPrecondition
+	case runnelv1.ErrorCode_GROUP_MAX_SIZE_REACHED:
+		return codes.ResourceExhausted
 	case runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, runnelv1.ErrorCode_NOT_ENOUGH_REPLICAS,
 		runnelv1.ErrorCode_NOT_ENOUGH_REPLICAS_AFTER_APPEND, runnelv1.ErrorCode_KAFKA_STORAGE_ERROR:
 		return codes.Unavailable

@@ -58,7 +58,28 @@ const (
 	ErrorCode_INVALID_CONFIG                   ErrorCode = 40
 	ErrorCode_INVALID_REQUEST                  ErrorCode = 42
 	ErrorCode_UNSUPPORTED_FOR_MESSAGE_FORMAT   ErrorCode = 43
+	ErrorCode_OFFSET_METADATA_TOO_LARGE        ErrorCode = 12
+	ErrorCode_COORDINATOR_LOAD_IN_PROGRESS     ErrorCode = 14
+	ErrorCode_COORDINATOR_NOT_AVAILABLE        ErrorCode = 15
+	ErrorCode_NOT_COORDINATOR                  ErrorCode = 16
+	ErrorCode_ILLEGAL_GENERATION               ErrorCode = 22
+	ErrorCode_INVALID_GROUP_ID                 ErrorCode = 24
+	ErrorCode_UNKNOWN_MEMBER_ID                ErrorCode = 25
+	ErrorCode_INVALID_SESSION_TIMEOUT          ErrorCode = 26
+	ErrorCode_REBALANCE_IN_PROGRESS            ErrorCode = 27
+	ErrorCode_INVALID_COMMIT_OFFSET_SIZE       ErrorCode = 28
 	ErrorCode_KAFKA_STORAGE_ERROR              ErrorCode = 56
+	ErrorCode_NON_EMPTY_GROUP                  ErrorCode = 68
+	ErrorCode_GROUP_ID_NOT_FOUND               ErrorCode = 69
+	ErrorCode_GROUP_MAX_SIZE_REACHED           ErrorCode = 81
+	ErrorCode_FENCED_INSTANCE_ID               ErrorCode = 82
+	ErrorCode_GROUP_SUBSCRIBED_TO_TOPIC        ErrorCode = 86
+	ErrorCode_INVALID_RECORD                   ErrorCode = 87
+	ErrorCode_FENCED_MEMBER_EPOCH              ErrorCode = 110
+	ErrorCode_UNRELEASED_INSTANCE_ID           ErrorCode = 111
+	ErrorCode_UNSUPPORTED_ASSIGNOR             ErrorCode = 112
+	ErrorCode_STALE_MEMBER_EPOCH               ErrorCode = 113
+	ErrorCode_INVALID_REGULAR_EXPRESSION       ErrorCode = 130
 	ErrorCode_UNKNOWN_SERVER_ERROR             ErrorCode = 100 // Kafka uses -1; proto3 enums are kept non-negative here.
 )
 
@@ -87,7 +108,28 @@ var (
 		40:  "INVALID_CONFIG",
 		42:  "INVALID_REQUEST",
 		43:  "UNSUPPORTED_FOR_MESSAGE_FORMAT",
+		12:  "OFFSET_METADATA_TOO_LARGE",
+		14:  "COORDINATOR_LOAD_IN_PROGRESS",
+		15:  "COORDINATOR_NOT_AVAILABLE",
+		16:  "NOT_COORDINATOR",
+		22:  "ILLEGAL_GENERATION",
+		24:  "INVALID_GROUP_ID",
+		25:  "UNKNOWN_MEMBER_ID",
+		26:  "INVALID_SESSION_TIMEOUT",
+		27:  "REBALANCE_IN_PROGRESS",
+		28:  "INVALID_COMMIT_OFFSET_SIZE",
 		56:  "KAFKA_STORAGE_ERROR",
+		68:  "NON_EMPTY_GROUP",
+		69:  "GROUP_ID_NOT_FOUND",
+		81:  "GROUP_MAX_SIZE_REACHED",
+		82:  "FENCED_INSTANCE_ID",
+		86:  "GROUP_SUBSCRIBED_TO_TOPIC",
+		87:  "INVALID_RECORD",
+		110: "FENCED_MEMBER_EPOCH",
+		111: "UNRELEASED_INSTANCE_ID",
+		112: "UNSUPPORTED_ASSIGNOR",
+		113: "STALE_MEMBER_EPOCH",
+		130: "INVALID_REGULAR_EXPRESSION",
 		100: "UNKNOWN_SERVER_ERROR",
 	}
 	ErrorCode_value = map[string]int32{
@@ -113,7 +155,28 @@ var (
 		"INVALID_CONFIG":                   40,
 		"INVALID_REQUEST":                  42,
 		"UNSUPPORTED_FOR_MESSAGE_FORMAT":   43,
+		"OFFSET_METADATA_TOO_LARGE":        12,
+		"COORDINATOR_LOAD_IN_PROGRESS":     14,
+		"COORDINATOR_NOT_AVAILABLE":        15,
+		"NOT_COORDINATOR":                  16,
+		"ILLEGAL_GENERATION":               22,
+		"INVALID_GROUP_ID":                 24,
+		"UNKNOWN_MEMBER_ID":                25,
+		"INVALID_SESSION_TIMEOUT":          26,
+		"REBALANCE_IN_PROGRESS":            27,
+		"INVALID_COMMIT_OFFSET_SIZE":       28,
 		"KAFKA_STORAGE_ERROR":              56,
+		"NON_EMPTY_GROUP":                  68,
+		"GROUP_ID_NOT_FOUND":               69,
+		"GROUP_MAX_SIZE_REACHED":           81,
+		"FENCED_INSTANCE_ID":               82,
+		"GROUP_SUBSCRIBED_TO_TOPIC":        86,
+		"INVALID_RECORD":                   87,
+		"FENCED_MEMBER_EPOCH":              110,
+		"UNRELEASED_INSTANCE_ID":           111,
+		"UNSUPPORTED_ASSIGNOR":             112,
+		"STALE_MEMBER_EPOCH":               113,
+		"INVALID_REGULAR_EXPRESSION":       130,
 		"UNKNOWN_SERVER_ERROR":             100,
 	}
 )
@@ -2645,7 +2708,7 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
 	"\x19AlterTopicConfigsResponse\x120\n" +
-	"\aconfigs\x18\x01 \x03(\v2\x16.runnel.v1.ConfigEntryR\aconfigs*\xf3\x04\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x16.runnel.v1.ConfigEntryR\aconfigs*\xa1\t\n" +
 	"\tErrorCode\x12\b\n" +
 	"\x04NONE\x10\x00\x12\x17\n" +
 	"\x13OFFSET_OUT_OF_RANGE\x10\x01\x12\x13\n" +
@@ -2669,8 +2732,29 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x1aINVALID_REPLICATION_FACTOR\x10&\x12\x12\n" +
 	"\x0eINVALID_CONFIG\x10(\x12\x13\n" +
 	"\x0fINVALID_REQUEST\x10*\x12\"\n" +
-	"\x1eUNSUPPORTED_FOR_MESSAGE_FORMAT\x10+\x12\x17\n" +
-	"\x13KAFKA_STORAGE_ERROR\x108\x12\x18\n" +
+	"\x1eUNSUPPORTED_FOR_MESSAGE_FORMAT\x10+\x12\x1d\n" +
+	"\x19OFFSET_METADATA_TOO_LARGE\x10\f\x12 \n" +
+	"\x1cCOORDINATOR_LOAD_IN_PROGRESS\x10\x0e\x12\x1d\n" +
+	"\x19COORDINATOR_NOT_AVAILABLE\x10\x0f\x12\x13\n" +
+	"\x0fNOT_COORDINATOR\x10\x10\x12\x16\n" +
+	"\x12ILLEGAL_GENERATION\x10\x16\x12\x14\n" +
+	"\x10INVALID_GROUP_ID\x10\x18\x12\x15\n" +
+	"\x11UNKNOWN_MEMBER_ID\x10\x19\x12\x1b\n" +
+	"\x17INVALID_SESSION_TIMEOUT\x10\x1a\x12\x19\n" +
+	"\x15REBALANCE_IN_PROGRESS\x10\x1b\x12\x1e\n" +
+	"\x1aINVALID_COMMIT_OFFSET_SIZE\x10\x1c\x12\x17\n" +
+	"\x13KAFKA_STORAGE_ERROR\x108\x12\x13\n" +
+	"\x0fNON_EMPTY_GROUP\x10D\x12\x16\n" +
+	"\x12GROUP_ID_NOT_FOUND\x10E\x12\x1a\n" +
+	"\x16GROUP_MAX_SIZE_REACHED\x10Q\x12\x16\n" +
+	"\x12FENCED_INSTANCE_ID\x10R\x12\x1d\n" +
+	"\x19GROUP_SUBSCRIBED_TO_TOPIC\x10V\x12\x12\n" +
+	"\x0eINVALID_RECORD\x10W\x12\x17\n" +
+	"\x13FENCED_MEMBER_EPOCH\x10n\x12\x1a\n" +
+	"\x16UNRELEASED_INSTANCE_ID\x10o\x12\x18\n" +
+	"\x14UNSUPPORTED_ASSIGNOR\x10p\x12\x16\n" +
+	"\x12STALE_MEMBER_EPOCH\x10q\x12\x1f\n" +
+	"\x1aINVALID_REGULAR_EXPRESSION\x10\x82\x01\x12\x18\n" +
 	"\x14UNKNOWN_SERVER_ERROR\x10d*4\n" +
 	"\x04Acks\x12\f\n" +
 	"\bACKS_ALL\x10\x00\x12\x0f\n" +
