@@ -22,12 +22,11 @@ run: build ## run one node with embedded storage (data in ./data/dev, gRPC 127.0
 test: ## unit, bad-input and recovery tests with the race detector, plus a short fuzz of each decoder
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
-	$(MAKE) fuzz FUZZTIME=10s
+	$(MAKE) fuzz FUZZTIME=5s
 
 FUZZTIME ?= 60s
-fuzz: ## fuzz every decoder of untrusted bytes for FUZZTIME each
-	$(GO) test ./client/batch -run '^$$' -fuzz '^FuzzParseHeader$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./client/batch -run '^$$' -fuzz '^FuzzDecodeRecords$$' -fuzztime $(FUZZTIME)
+fuzz: ## fuzz every decoder of untrusted bytes (every FuzzXxx target) for FUZZTIME each
+	./scripts/fuzz.sh $(FUZZTIME)
 
 bench: build ## produce and consume benchmarks against a fresh local node (see docs/performance.md)
 	./scripts/bench.sh

@@ -46,6 +46,9 @@ type Config struct {
 	// RetentionCheckInterval is how often retention runs over every partition (Kafka's
 	// log.retention.check.interval.ms, default 5 minutes).
 	RetentionCheckInterval time.Duration
+	// CompactionCheckInterval is how often the log cleaner looks at the partitions of compacted topics
+	// (default DefaultCompactionCheckInterval, 15 s); a partition that is not due costs a key scan.
+	CompactionCheckInterval time.Duration
 }
 
 // Broker serves produce, fetch, offsets, metadata and topic admin for one node.
@@ -66,10 +69,13 @@ type Broker struct {
 }
 
 // New opens the topic metadata kept in store's DB and every topic's partition logs, and starts the
-// retention loop. Close stops it; the caller closes store afterwards.
+// retention and log-cleaner loops. Close stops them; the caller closes store afterwards.
 func New(cfg Config, store *plog.Store, logger *slog.Logger) (*Broker, error) {
 	if cfg.RetentionCheckInterval <= 0 {
 		cfg.RetentionCheckInterval = 5 * time.Minute
+	}
+	if cfg.CompactionCheckInterval <= 0 {
+		cfg.CompactionCheckInterval = DefaultCompactionCheckInterval
 	}
 	if logger == nil {
 		logger = slog.Default()
@@ -88,6 +94,7 @@ func New(cfg Config, store *plog.Store, logger *slog.Logger) (*Broker, error) {
 	}
 	b.wg.Add(1)
 	go b.retentionLoop()
+	b.startCompaction()
 	return b, nil
 }
 
@@ -170,7 +177,7 @@ func (b *Broker) retentionLoop() {
 func (b *Broker) ApplyRetention(now time.Time) int {
 	deleted := 0
 	for _, t := range b.meta.List() {
-		if t.Config.CleanupPolicy == "compact" {
+		if !t.Config.Delete() {
 			continue
 		}
 		b.mu.RLock()

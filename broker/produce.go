@@ -119,6 +119,7 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		return
 	}
 	maxBytes := int(t.Config.MaxMessageBytes)
+	compacted := t.Config.Compact()
 	err = batch.Split(pp.Records, func(bt []byte, h batch.Header) error {
 		if len(bt) > maxBytes {
 			return rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "%s-%d: batch of %d bytes is larger than max.message.bytes=%d", pp.Topic, pp.Partition, len(bt), maxBytes)
@@ -128,6 +129,9 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		}
 		if h.ProducerID >= 0 {
 			return rerr.New(runnelv1.ErrorCode_UNSUPPORTED_VERSION, "%s-%d: idempotent batches (producer id %d) are not supported yet; send producer id -1", pp.Topic, pp.Partition, h.ProducerID)
+		}
+		if compacted {
+			return requireKeys(pp, t.Config.CleanupPolicy, bt, h.BaseOffset)
 		}
 		return nil
 	})
@@ -139,11 +143,26 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		done(plog.AppendResult{}, -1, err)
 		return
 	}
-	opts := plog.AppendOptions{Sync: acks == runnelv1.Acks_ACKS_ALL, LogAppendTime: -1, LeaderEpoch: 0}
+	opts := plog.AppendOptions{Sync: acks == runnelv1.Acks_ACKS_ALL, LogAppendTime: -1, LeaderEpoch: 0,
+		SegmentBytes: t.Config.SegmentBytes, SegmentMs: t.Config.RollMs()}
 	if t.Config.LogAppendTime {
 		opts.LogAppendTime = now
 	}
 	p.AppendAsync(pp.Records, opts, func(res plog.AppendResult, err error) { done(res, opts.LogAppendTime, err) })
+}
+
+// requireKeys refuses a batch with a keyless record for a compacted topic, as Kafka does (INVALID_RECORD):
+// the cleaner keeps the latest record per key, so a record without one could never be kept. Only
+// compacted topics pay for decoding (and decompressing) the records on produce.
+func requireKeys(pp *runnelv1.ProducePartition, policy string, b []byte, base int64) error {
+	_, err := batch.DecodeBatch(b, func(r batch.Record) error {
+		if r.Key == nil {
+			return rerr.New(runnelv1.ErrorCode_INVALID_RECORD, "%s-%d: record at offset delta %d has no key; topics with cleanup.policy=%s need a key on every record",
+				pp.Topic, pp.Partition, r.Offset-base, policy)
+		}
+		return nil
+	})
+	return err
 }
 
 // Produce implements runnelv1.RecordsServer: append and wait for the acknowledgement per acks.

@@ -2,10 +2,11 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 )
 
 // Admin manages topics and reads cluster metadata and offsets. Every call retries failures of the whole
@@ -185,7 +186,11 @@ func (a *Admin) AlterTopicConfig(ctx context.Context, name string, set map[strin
 	err := a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
 		resp, err := c.AlterTopicConfigs(ctx, &runnelv1.AlterTopicConfigsRequest{Topic: name, Set: set, Delete: del})
 		if err != nil {
-			return final{wireErr(err)} // a whole-call error here is the answer (unknown topic, bad config)
+			// The call fails as a whole for an unknown topic: that is the answer, not worth retrying.
+			if err = wireErr(err); errors.Is(err, rerr.ErrUnknownTopicOrPartition) {
+				return final{err}
+			}
+			return err
 		}
 		out = configEntries(resp.Configs)
 		return nil
@@ -246,8 +251,10 @@ func listOffsets(ctx context.Context, cl *cluster, topic string, partition int32
 	err := cl.retry(ctx, func(ctx context.Context) error {
 		leader := cl.leader(topic, partition)
 		if leader < 0 {
-			_, _ = cl.metadata(ctx, []string{topic}) // best effort: any broker can be asked
-			leader = cl.leader(topic, partition)
+			if _, err := cl.metadataOnce(ctx, []string{topic}); err != nil {
+				return err
+			}
+			leader = cl.leader(topic, partition) // still -1 if unknown: then any broker is asked
 		}
 		cc, err := cl.nodeConn(leader)
 		if err != nil {
@@ -263,7 +270,7 @@ func listOffsets(ctx context.Context, cl *cluster, topic string, partition int32
 					if !retryPartition || !retriable(err) {
 						return final{err}
 					}
-					_, _ = cl.metadata(ctx, []string{topic}) // the leader may have moved
+					_, _ = cl.metadataOnce(ctx, []string{topic}) // the leader may have moved
 					return err
 				}
 				res = r

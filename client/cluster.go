@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -140,15 +140,22 @@ func (c *cluster) close() error {
 func (c *cluster) metadata(ctx context.Context, topics []string) (*runnelv1.MetadataResponse, error) {
 	var resp *runnelv1.MetadataResponse
 	err := c.retry(ctx, func(ctx context.Context) error {
-		cc, err := c.anyConn()
-		if err != nil {
-			return err
-		}
-		resp, err = runnelv1.NewRecordsClient(cc).Metadata(ctx, &runnelv1.MetadataRequest{Topics: topics})
-		return wireErr(err)
+		var err error
+		resp, err = c.metadataOnce(ctx, topics)
+		return err
 	})
+	return resp, err
+}
+
+// metadataOnce is one metadata call (for use inside other retry loops), caching the answer.
+func (c *cluster) metadataOnce(ctx context.Context, topics []string) (*runnelv1.MetadataResponse, error) {
+	cc, err := c.anyConn()
 	if err != nil {
 		return nil, err
+	}
+	resp, err := runnelv1.NewRecordsClient(cc).Metadata(ctx, &runnelv1.MetadataRequest{Topics: topics})
+	if err != nil {
+		return nil, wireErr(err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -267,14 +274,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // retry calls fn until it returns nil or a non-retriable error, waiting backoff between attempts. The
 // whole loop is bounded by ctx and by the request timeout (Kafka's admin clients bound a call with its
-// retries the same way), and each attempt gets what remains. The last error is returned, with the
-// number of attempts when there were several.
+// retries the same way), and each attempt gets what remains. It returns the last error, or, when the
+// time ran out during an attempt, the one before (a "deadline exceeded" says less than why the earlier
+// attempts failed), with the number of attempts when there were several.
 func (c *cluster) retry(ctx context.Context, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.requestTimeout)
 	defer cancel()
+	var prev error
 	for attempt := 0; ; attempt++ {
 		err := fn(ctx)
-		if err == nil || !retriable(err) {
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil && prev != nil {
+			err = prev // cut short by the deadline: report why the earlier attempts failed
+		}
+		if !retriable(err) {
 			return err
 		}
 		if ctx.Err() != nil || sleep(ctx, c.backoff(attempt)) != nil {
@@ -283,6 +298,7 @@ func (c *cluster) retry(ctx context.Context, fn func(ctx context.Context) error)
 			}
 			return err
 		}
+		prev = err
 		c.cfg.logger.Debug("retrying", "attempt", attempt+1, "err", err)
 	}
 }

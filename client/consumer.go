@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
 )
 
@@ -29,6 +29,7 @@ type Consumer struct {
 	readyCh  chan struct{} // signalled when ready grows
 	fetchers map[int32]*fetcher
 	nerr     int // partitions holding an error for Poll
+	bufBytes int // record bytes of the answers in ready
 	closed   bool
 
 	metaMu   sync.Mutex
@@ -54,7 +55,7 @@ type cpart struct {
 	leader      int32
 	err         error // returned by Poll until Seek
 	inflight    bool
-	buffered    bool
+	buffered    int // decoded answers waiting for Poll
 	retryAt     time.Time
 	attempts    int
 }
@@ -65,7 +66,13 @@ type fetched struct {
 	epoch uint64
 	recs  []*Record
 	next  int64 // position after these records (after the last batch, control records included)
+	size  int   // record bytes fetched, counted against the fetch max bytes
 }
+
+// maxBufferedPerPartition is how many decoded answers of one partition may wait for Poll: more than one
+// keeps the next fetch of a partition in flight while the application works through the previous
+// answers, so throughput does not hang on one fetch round trip per partition.
+const maxBufferedPerPartition = 4
 
 // fetcher long-polls one broker.
 type fetcher struct {
@@ -73,10 +80,20 @@ type fetcher struct {
 	node   int32
 	wakeCh chan struct{}
 
-	mu          sync.Mutex
-	cancel      context.CancelFunc // of the fetch in flight
+	mu    sync.Mutex
+	calls map[*fetchCall]struct{} // fetches in flight
+}
+
+// fetchCall is one fetch in flight, cancellable by interrupt.
+type fetchCall struct {
+	cancel      context.CancelFunc
 	interrupted bool
 }
+
+// maxFetchesInFlight bounds concurrent fetches to one broker. More than one lets partitions that have
+// data be fetched while another fetch long-polls partitions that are caught up; otherwise a freed
+// partition would wait out that poll's fetch.max.wait.
+const maxFetchesInFlight = 4
 
 // NewConsumer returns a consumer for the cluster reachable at brokers. It validates the options and
 // connects lazily.
@@ -178,16 +195,18 @@ func (c *Consumer) resetLocked(p *cpart, offset int64) {
 		c.nerr--
 	}
 	p.retryAt, p.attempts = time.Time{}, 0
-	if p.buffered {
+	if p.buffered > 0 {
 		kept := c.ready[:0]
 		for _, fp := range c.ready {
 			if fp.p != p {
 				kept = append(kept, fp)
+			} else {
+				c.bufBytes -= fp.size
 			}
 		}
 		clear(c.ready[len(kept):])
 		c.ready = kept
-		p.buffered = false
+		p.buffered = 0
 	}
 }
 
@@ -243,10 +262,11 @@ func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
 			woken := map[int32]bool{}
 			for _, fp := range c.ready {
 				p := fp.p
+				c.bufBytes -= fp.size
 				if c.parts[p.tp] != p || fp.epoch != p.epoch {
 					continue
 				}
-				p.buffered = false
+				p.buffered--
 				recs := fp.recs
 				for len(recs) > 0 && recs[0].Offset < p.position {
 					recs = recs[1:]
@@ -314,9 +334,9 @@ func (f *fetcher) wake() {
 // fetcher, so a moved or new partition is fetched at once rather than after the long poll.
 func (f *fetcher) interrupt() {
 	f.mu.Lock()
-	if f.cancel != nil {
-		f.interrupted = true
-		f.cancel()
+	for call := range f.calls {
+		call.interrupted = true
+		call.cancel()
 	}
 	f.mu.Unlock()
 	f.wake()
@@ -332,12 +352,25 @@ func (f *fetcher) run() {
 	defer f.c.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	slots := make(chan struct{}, maxFetchesInFlight)
 	for {
+		select { // wait for a free slot before marking partitions in flight
+		case slots <- struct{}{}:
+		case <-f.c.ctx.Done():
+			return
+		}
 		items, next := f.c.collectFetch(f.node, time.Now())
 		if len(items) > 0 {
-			f.fetch(items)
+			f.c.wg.Add(1)
+			go func() { // owned by the Consumer: Close cancels c.ctx and waits on c.wg
+				defer f.c.wg.Done()
+				f.fetch(items)
+				<-slots
+				f.wake()
+			}()
 			continue
 		}
+		<-slots
 		var tc <-chan time.Time
 		if !next.IsZero() {
 			timer.Reset(time.Until(next))
@@ -360,7 +393,11 @@ func (c *Consumer) collectFetch(node int32, now time.Time) ([]fetchItem, time.Ti
 	var items []fetchItem
 	var next time.Time
 	for _, p := range c.parts {
-		if p.leader != node || p.inflight || p.buffered || p.err != nil {
+		if p.leader != node || p.inflight || p.buffered >= maxBufferedPerPartition || p.err != nil {
+			continue
+		}
+		if c.bufBytes >= int(c.cfg.fetchMaxBytes) && p.buffered > 0 {
+			// The buffer is full: fetch only partitions with nothing waiting, so none starves.
 			continue
 		}
 		if now.Before(p.retryAt) {
@@ -387,8 +424,12 @@ func (f *fetcher) fetch(items []fetchItem) {
 			FetchOffset: it.offset, PartitionMaxBytes: cfg.partitionMaxBytes})
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, cfg.fetchMaxWait+cfg.common.requestTimeout)
+	call := &fetchCall{cancel: cancel}
 	f.mu.Lock()
-	f.cancel = cancel
+	if f.calls == nil {
+		f.calls = map[*fetchCall]struct{}{}
+	}
+	f.calls[call] = struct{}{}
 	f.mu.Unlock()
 	var resp *runnelv1.FetchResponse
 	cc, err := c.cl.nodeConn(f.node)
@@ -398,8 +439,8 @@ func (f *fetcher) fetch(items []fetchItem) {
 	}
 	cancel()
 	f.mu.Lock()
-	interrupted := f.interrupted
-	f.cancel, f.interrupted = nil, false
+	interrupted := call.interrupted
+	delete(f.calls, call)
 	f.mu.Unlock()
 
 	if err != nil {
@@ -429,6 +470,7 @@ func (f *fetcher) fetch(items []fetchItem) {
 		next int64
 		err  error
 		hw   int64
+		size int
 	}
 	outs := make([]outcome, len(items))
 	for i, it := range items {
@@ -452,6 +494,7 @@ func (f *fetcher) fetch(items []fetchItem) {
 		if o.err = rerr.FromInfo(res.Error); o.err != nil {
 			continue
 		}
+		o.size = len(res.Records)
 		o.recs, o.next, o.err = decodeFetched(res.Records, it.p.topic, it.p.partition, it.offset)
 	}
 
@@ -470,8 +513,9 @@ func (f *fetcher) fetch(items []fetchItem) {
 		if len(o.recs) > 0 || o.next > it.offset {
 			p.fetchOffset = o.next
 			p.attempts = 0
-			c.ready = append(c.ready, &fetched{p: p, epoch: it.epoch, recs: o.recs, next: o.next})
-			p.buffered = true
+			c.ready = append(c.ready, &fetched{p: p, epoch: it.epoch, recs: o.recs, next: o.next, size: o.size})
+			c.bufBytes += o.size
+			p.buffered++
 			added = true
 			if o.err != nil {
 				// Records before a damaged batch are delivered; the next fetch starts at the damage
@@ -560,7 +604,7 @@ func (c *Consumer) refreshLeaders() {
 // (a broker may end an answer mid-batch) is left for the next fetch; damage anywhere else is an error,
 // returned with the records before it.
 func decodeFetched(b []byte, topic string, partition int32, from int64) ([]*Record, int64, error) {
-	var recs []Record
+	recs := make([]Record, 0, countRecords(b))
 	next := from
 	for len(b) > 0 {
 		if next > from && (len(b) < batch.HeaderSize || int64(binary.BigEndian.Uint32(b[8:]))+12 > int64(len(b))) {
@@ -583,6 +627,21 @@ func decodeFetched(b []byte, topic string, partition int32, from int64) ([]*Reco
 		b = b[h.Size():]
 	}
 	return pointers(recs), next, nil
+}
+
+// countRecords sums the record counts of the batch headers in b, so the answer's records are allocated
+// once. The sum is capped by what b could hold, since the headers are not validated yet.
+func countRecords(b []byte) int {
+	n, total := 0, len(b)
+	for len(b) >= batch.HeaderSize {
+		size := int64(binary.BigEndian.Uint32(b[8:])) + 12
+		if size > int64(len(b)) || size < batch.HeaderSize {
+			break
+		}
+		n += int(int32(binary.BigEndian.Uint32(b[57:])))
+		b = b[size:]
+	}
+	return max(0, min(n, total/7)) // a record takes at least 7 bytes
 }
 
 // pointers returns pointers into recs, which is never appended to again, so they stay valid (one

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
 )
 
@@ -41,7 +41,7 @@ type Producer struct {
 	idleMu      sync.Mutex
 	idleCh      chan struct{} // closed when outstanding reaches 0 while someone waits
 
-	topicsMu sync.Mutex                       // serialises changes to topics and allParts
+	topicsMu sync.Mutex                         // serialises changes to topics and allParts
 	topics   atomic.Pointer[map[string]*ptopic] // copy on write
 	allParts atomic.Pointer[[]*ppart]           // every partition of every topic, copy on write
 
@@ -365,10 +365,16 @@ func (p *Producer) load(t *ptopic, ch chan struct{}) {
 	defer p.wg.Done()
 	ctx, cancel := context.WithTimeout(p.loadCtx, p.cfg.deliveryTimeout)
 	defer cancel()
-	var err, topicErr error
+	var err, topicErr, prev error
 	attempt := 0
 	for ; ; attempt++ {
-		if _, err = p.cl.metadata(ctx, []string{t.name}); err == nil {
+		if err != nil {
+			prev = err
+		}
+		actx, acancel := context.WithTimeout(ctx, p.cfg.common.requestTimeout)
+		_, err = p.cl.metadataOnce(actx, []string{t.name})
+		acancel()
+		if err == nil {
 			tm := p.cl.topic(t.name)
 			switch {
 			case tm == nil:
@@ -385,6 +391,9 @@ func (p *Producer) load(t *ptopic, ch chan struct{}) {
 			break
 		}
 	}
+	if err != nil && ctx.Err() != nil && prev != nil {
+		err = prev // the last attempt was cut short by the deadline: report why the others failed
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.parts.Load() == nil {
@@ -395,6 +404,8 @@ func (p *Producer) load(t *ptopic, ch chan struct{}) {
 			err = fmt.Errorf("topic %q not available within the delivery timeout (%v, %d attempts): %w", t.name, p.cfg.deliveryTimeout, attempt+1, topicErr)
 		case err == nil:
 			err = rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q has no partitions", t.name)
+		case retriable(err):
+			err = fmt.Errorf("no metadata for topic %q within the delivery timeout (%v, %d attempts): %w", t.name, p.cfg.deliveryTimeout, attempt+1, err)
 		}
 		t.loadErr = err
 	}

@@ -7,15 +7,17 @@ import (
 	"sync"
 	"time"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"google.golang.org/grpc"
 )
 
-// responseGrace is added to the request timeout before the producer gives up on an answer itself: the
-// broker gets the request timeout as timeout_ms and answers REQUEST_TIMED_OUT when it passes, which is
-// the better error.
-const responseGrace = 5 * time.Second
+// responseGrace returns what is added to the request timeout before the producer gives up on an answer
+// itself: the broker gets the request timeout as timeout_ms and answers REQUEST_TIMED_OUT when it
+// passes, which is the better outcome (the stream survives). Half the timeout, at most 5s.
+func responseGrace(requestTimeout time.Duration) time.Duration {
+	return min(requestTimeout/2, 5*time.Second)
+}
 
 // sink sends the batches of the partitions a broker leads, over one ProduceStream.
 //
@@ -32,7 +34,8 @@ type sink struct {
 	mu       sync.Mutex
 	stream   grpc.BidiStreamingClient[runnelv1.ProduceRequest, runnelv1.ProduceResponse]
 	cancel   context.CancelFunc
-	gen      int // stream generation: answers and failures of an old stream are told apart
+	recvDone chan struct{} // closed when the current stream's receiver has returned
+	gen      int           // stream generation: answers and failures of an old stream are told apart
 	inflight map[int64]*request
 	breakErr error // why the sink itself broke the current stream
 }
@@ -68,14 +71,32 @@ func (s *sink) run() {
 		case <-s.wakeCh:
 		case <-tc:
 		case <-s.p.ctx.Done():
-			s.mu.Lock()
-			if s.cancel != nil {
-				s.cancel()
-			}
-			s.mu.Unlock()
+			s.shutdown()
 			return
 		}
 	}
+}
+
+// shutdown ends the stream gracefully: CloseSend, then wait (at most the request timeout) for the
+// broker to finish the requests it has read and end the stream. Cancelling at once would make the
+// broker drop requests still in its receive buffer, which loses acks=0 records that were already
+// reported sent.
+func (s *sink) shutdown() {
+	s.mu.Lock()
+	st, cancel, done := s.stream, s.cancel, s.recvDone
+	s.mu.Unlock()
+	if st == nil {
+		return
+	}
+	if st.CloseSend() == nil {
+		t := time.NewTimer(s.p.cfg.common.requestTimeout)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	cancel()
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -91,7 +112,7 @@ func (s *sink) pump(now time.Time) time.Time {
 	var next time.Time
 	s.mu.Lock()
 	for _, req := range s.inflight {
-		deadline := req.sent.Add(s.p.cfg.common.requestTimeout + responseGrace)
+		deadline := req.sent.Add(s.p.cfg.common.requestTimeout + responseGrace(s.p.cfg.common.requestTimeout))
 		if now.After(deadline) && req.gen == s.gen && s.cancel != nil {
 			s.breakErr = rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "no answer from broker %d within the request timeout (%v)", s.node, s.p.cfg.common.requestTimeout)
 			s.cancel() // the receiver fails every request in flight
@@ -275,7 +296,8 @@ func (s *sink) ensureStream() (grpc.BidiStreamingClient[runnelv1.ProduceRequest,
 	if err != nil {
 		return nil, 0, err
 	}
-	ctx, cancel := context.WithCancel(s.p.ctx)
+	// Not derived from the producer's context: shutdown ends streams gracefully, then cancels them.
+	ctx, cancel := context.WithCancel(context.Background())
 	st, err := runnelv1.NewRecordsClient(cc).ProduceStream(ctx)
 	if err != nil {
 		cancel()
@@ -284,13 +306,14 @@ func (s *sink) ensureStream() (grpc.BidiStreamingClient[runnelv1.ProduceRequest,
 		}
 		return nil, 0, wireErr(err)
 	}
+	done := make(chan struct{})
 	s.mu.Lock()
 	s.gen++
 	gen := s.gen
-	s.stream, s.cancel, s.breakErr = st, cancel, nil
+	s.stream, s.cancel, s.recvDone, s.breakErr = st, cancel, done, nil
 	s.mu.Unlock()
 	s.p.wg.Add(1)
-	go s.recvLoop(st, gen)
+	go s.recvLoop(st, gen, done)
 	return st, gen, nil
 }
 
@@ -306,8 +329,9 @@ func (s *sink) breakStream(gen int, why error) {
 	}
 }
 
-func (s *sink) recvLoop(st grpc.BidiStreamingClient[runnelv1.ProduceRequest, runnelv1.ProduceResponse], gen int) {
+func (s *sink) recvLoop(st grpc.BidiStreamingClient[runnelv1.ProduceRequest, runnelv1.ProduceResponse], gen int, done chan struct{}) {
 	defer s.p.wg.Done()
+	defer close(done)
 	for {
 		resp, err := st.Recv()
 		if err != nil {
@@ -346,7 +370,7 @@ func (s *sink) streamFailed(gen int, recvErr error) {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	s.stream, s.cancel, s.breakErr = nil, nil, nil
+	s.stream, s.cancel, s.recvDone, s.breakErr = nil, nil, nil, nil
 	s.gen++
 	s.mu.Unlock()
 	if len(reqs) > 0 {

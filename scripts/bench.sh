@@ -31,9 +31,16 @@ echo "== runnel bench consume (the acks=1 topic, from the start)"
 "$RUNNEL" bench consume --topic bench-acks-1 -q
 stop_node
 
-# The disk under ./data, where the node kept its data.
+# The machine's ceilings: the disk under ./data, where the node kept its data, and a bare gRPC stream
+# on loopback (bench/ceiling), then the same disk measured with dd as a cross-check.
+if [[ -d bench/ceiling ]]; then
+	echo
+	echo "== ceilings (go run ./bench/ceiling -dir ./data)"
+	mkdir -p ./data
+	"${GO:-go}" run ./bench/ceiling -dir ./data
+fi
 echo
-echo "== disk ceilings (./data)"
+echo "== disk ceilings with dd (./data)"
 mkdir -p ./data
 probe=$(mktemp ./data/ddprobe.XXXXXX)
 trap 'rm -f "$probe"' EXIT

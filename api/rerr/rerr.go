@@ -69,6 +69,7 @@ var (
 	ErrInvalidConfig            = &Error{Code: runnelv1.ErrorCode_INVALID_CONFIG}
 	ErrInvalidRequest           = &Error{Code: runnelv1.ErrorCode_INVALID_REQUEST}
 	ErrUnsupportedForFormat     = &Error{Code: runnelv1.ErrorCode_UNSUPPORTED_FOR_MESSAGE_FORMAT}
+	ErrInvalidRecord            = &Error{Code: runnelv1.ErrorCode_INVALID_RECORD}
 	ErrStorage                  = &Error{Code: runnelv1.ErrorCode_KAFKA_STORAGE_ERROR}
 	ErrUnknownServerError       = &Error{Code: runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR}
 )

@@ -125,7 +125,7 @@ func grpcStream(size int, dur time.Duration) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(size+1<<20))
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(size + 1<<20))
 	runnelv1.RegisterRecordsServer(srv, sink{})
 	go srv.Serve(ln)
 	defer srv.Stop()

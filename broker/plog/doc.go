@@ -11,7 +11,9 @@
 //
 //	l|topicNum(8)|partition(4)|baseOffset(8)                 → the whole stored batch (Kafka RecordBatch v2)
 //	t|topicNum(8)|partition(4)|maxTimestamp(8)|baseOffset(8) → empty: the time index
-//	s|topicNum(8)|partition(4)                               → logStartOffset(8) nextOffsetFloor(8)
+//	s|topicNum(8)|partition(4)                               → logStartOffset(8) nextOffsetFloor(8) cleanerCheckpoint(8)
+//	g|topicNum(8)|partition(4)                               → activeSegmentBase(8) firstWriteMs(8)
+//	h|topicNum(8)|partition(4)|baseOffset(8)                 → deleteHorizonMs(8) of a cleaned batch with tombstones
 //
 // Keys under "m/" belong to the node's metadata, not to plog.
 //
@@ -25,13 +27,78 @@
 //     Kafka's time index), so its timestamps rise with its offsets and one seek finds the first batch that
 //     can hold a record at or after a timestamp. Time-based retention uses the same index and needs no
 //     batch reads.
-//   - The state key is written only when retention moves the log start, so a log emptied by retention
-//     keeps its offsets across restarts. Everything else (LEO, size, running max) is recovered from the
+//   - The state key is written only by retention (when it moves the log start, so a log emptied by
+//     retention keeps its offsets across restarts) and by the cleaner (its checkpoint), both under the
+//     partition's maintenance lock. (Stores from before compaction have a 16-byte state; it is read.) Everything else (LEO, size, running max) is recovered from the
 //     keys when a partition is opened: the last batch's header gives the LEO, a key-only iteration the
 //     size (from Badger's value sizes, without reading the values).
 //   - Retention deletes whole oldest batches (their keys; Badger's deletes are tombstones in the LSM) and
 //     value-log GC later rewrites or drops value-log files that became mostly garbage. Deleting a
 //     partition drops its key ranges with DropPrefix.
+//
+// # Segments
+//
+// A Kafka log is a directory of segment files; the last one, the active segment, takes the appends,
+// and the cleaner never touches it. Here there are no files, but the same boundary is kept: the writer
+// tracks the active segment's start offset, the time its first batch was written and its bytes, and
+// rolls it before a batch that would take it past segment.bytes or when its first batch is older than
+// segment.ms (for compacted topics min(segment.ms, max.compaction.lag.ms), Kafka's maxSegmentMs), as
+// Kafka rolls on append. The limits come with each append (AppendOptions), so a config change applies
+// from the next append. The start and time are stored in the segment key in the transaction of the
+// segment's first batch. Kafka never rolls a segment without an append, so a quiet compacted topic
+// keeps its tail uncleaned forever; Compact therefore also rolls an active segment older than
+// segment.ms when nothing is being written. "Closed segments" are then simply the batches below the
+// active segment's start. Retention stays per batch (it deletes whole oldest batches); segments matter
+// only to the cleaner.
+//
+// # Log compaction
+//
+// For cleanup.policy=compact (or compact,delete) Partition.Compact keeps the latest record of every
+// key, as Kafka's log cleaner does, and never moves an offset.
+//
+//   - Cleanable range: [log start, end) where end is the least of the active segment's start, the HW,
+//     the first batch whose running max timestamp is younger than min.compaction.lag.ms (one seek in
+//     the time index) and the base of the last batch below the HW. The last batch is never cleaned: in
+//     Kafka the active segment always holds it, and it keeps a reader at the end of the log from
+//     waiting at an offset in a gap that no batch up to the HW would take it past.
+//   - Dirty ratio: the cleaner checkpoint (stored in the state key) is where the last clean ended;
+//     [log start, checkpoint) is clean and holds each key at most once. Dirty bytes are those of
+//     [checkpoint, end), and the ratio is dirty / (clean + dirty) bytes, from Badger's key iteration
+//     without reading values. A run cleans when the ratio is at least min.cleanable.dirty.ratio, when
+//     the first dirty batch's max timestamp is older than max.compaction.lag.ms, or when a kept
+//     tombstone's delete horizon has passed (as Kafka's cleaner takes logs with expired tombstones
+//     when nothing is dirty).
+//   - Key map: every key from the checkpoint up to the HW (the dirty part and the active tail, so a
+//     key rewritten in the tail makes its older copies obsolete) → its latest offset, as 128-bit
+//     seeded hashes. The clean part needs no mapping: it holds each key once, and its record is kept
+//     unless the map has a later offset for the key.
+//   - Rewrite: each batch of the range is rewritten (batch.FilterRecords) keeping only the records
+//     that are the latest of their key; the retained records' bytes are copied unchanged, the header
+//     keeps base offset, last offset delta, timestamps, producer fields and codec, and gets a new
+//     count, length and CRC. A batch left without records is deleted. Readers see gaps: Read from an
+//     offset in a gap returns the next batch; the log start does not move (Kafka's neither), and
+//     OFFSET_OUT_OF_RANGE still means below the log start (told apart from a gap by the log start
+//     stored in the reader's snapshot) or above the HW. Keyless records are dropped, as Kafka's
+//     cleaner drops them; produce refuses them on compacted topics (INVALID_RECORD).
+//   - Tombstones: Kafka once aged tombstones by the cleaned segment's file time and now writes a
+//     delete horizon into the batch header (KIP-534). Readers here would misread such a header, so the
+//     horizon lives in a side index: the first clean that keeps a tombstone as the latest of its key
+//     writes h|…|baseOffset → now + delete.retention.ms; a later clean after that time removes the
+//     batch's tombstones (and the entry with the batch). Retention and DeletePartition drop the
+//     entries with their batches.
+//   - Safety: a run holds the partition's maintenance lock (retMu, shared with retention) and reads
+//     from one Badger snapshot. It writes groups of whole batches, one transaction each, under the
+//     store's dropMu like retention (so DeletePartition cannot interleave), starting with the state
+//     (so recovery never takes a removed first batch for a moved log start) and, in the last group,
+//     ending with the new checkpoint. A reader's snapshot sees each batch old or new, both valid;
+//     appends go on at the tail, which the cleaner does not write; a crash or a cancelled ctx leaves a
+//     valid mixture, and since offsets are processed in order an older copy of a key is always gone no
+//     later than the tombstone that deleted it. Size is adjusted per committed group, and recovery
+//     recomputes it from the rewritten values. Badger's value-log GC reclaims the old values.
+//   - Cost: a run reads and decodes the whole range and the tail, as Kafka's cleaner rereads all
+//     segments; only batches that change are written. The map holds ~40 bytes per distinct key of the
+//     dirty part and the tail, without a cap (Kafka bounds it with log.cleaner.dedupe.buffer.size and
+//     cleans in several passes).
 //
 // # Group commit and durability
 //

@@ -9,14 +9,20 @@ import (
 const (
 	kindBatch byte = 'l' // l|topicNum|partition|baseOffset → the stored record batch
 	kindTime  byte = 't' // t|topicNum|partition|maxTimestamp|baseOffset → empty (time index)
-	kindState byte = 's' // s|topicNum|partition → logStartOffset(8) nextOffsetFloor(8)
+	kindState byte = 's' // s|topicNum|partition → logStartOffset(8) nextOffsetFloor(8) [cleanerCheckpoint(8)]
+	kindSeg   byte = 'g' // g|topicNum|partition → activeSegmentBase(8) activeSegmentFirstWriteMs(8)
+	kindHoriz byte = 'h' // h|topicNum|partition|baseOffset → deleteHorizonMs(8) of a batch holding tombstones
 )
 
 const (
 	partPrefixLen = 1 + 8 + 4
 	batchKeyLen   = partPrefixLen + 8
 	timeKeyLen    = partPrefixLen + 8 + 8
-	stateValueLen = 16
+	// The state was 16 bytes before compaction added the cleaner checkpoint; both lengths are read.
+	stateValueLenV1 = 16
+	stateValueLen   = 24
+	segValueLen     = 16
+	horizValueLen   = 8
 )
 
 // PartitionID names a partition log. TopicNum is a number the controller gives a topic and never reuses,
@@ -66,18 +72,56 @@ func timeKeyParts(k []byte) (ts, base int64) {
 	return int64(binary.BigEndian.Uint64(k[partPrefixLen:]) ^ (1 << 63)), int64(binary.BigEndian.Uint64(k[partPrefixLen+8:]))
 }
 
-func encodeState(logStart, floor int64) []byte {
+// partState is the value of the state key. It is written only by retention and the cleaner, both under
+// the partition's maintenance lock (retMu), so a writer never overwrites a newer value with an older one.
+type partState struct {
+	logStart   int64 // first offset readers may ask for; compaction never moves it
+	floor      int64 // LEO lower bound, for a log whose last batches are gone
+	checkpoint int64 // cleaner checkpoint: [logStart, checkpoint) was cleaned and holds each key at most once
+}
+
+func encodeState(st partState) []byte {
 	v := make([]byte, stateValueLen)
-	binary.BigEndian.PutUint64(v, uint64(logStart))
-	binary.BigEndian.PutUint64(v[8:], uint64(floor))
+	binary.BigEndian.PutUint64(v, uint64(st.logStart))
+	binary.BigEndian.PutUint64(v[8:], uint64(st.floor))
+	binary.BigEndian.PutUint64(v[16:], uint64(st.checkpoint))
 	return v
 }
 
-func decodeState(v []byte) (logStart, floor int64, err error) {
-	if len(v) != stateValueLen {
-		return 0, 0, fmt.Errorf("partition state of %d bytes, want %d", len(v), stateValueLen)
+func decodeState(v []byte) (partState, error) {
+	if len(v) != stateValueLen && len(v) != stateValueLenV1 {
+		return partState{}, fmt.Errorf("partition state of %d bytes, want %d", len(v), stateValueLen)
+	}
+	st := partState{logStart: int64(binary.BigEndian.Uint64(v)), floor: int64(binary.BigEndian.Uint64(v[8:]))}
+	if len(v) == stateValueLen {
+		st.checkpoint = int64(binary.BigEndian.Uint64(v[16:]))
+	}
+	return st, nil
+}
+
+// encodeSeg is the value of the segment key: where the active segment starts and when its first batch
+// was written (ms).
+func encodeSeg(base, firstWriteMs int64) []byte {
+	v := make([]byte, segValueLen)
+	binary.BigEndian.PutUint64(v, uint64(base))
+	binary.BigEndian.PutUint64(v[8:], uint64(firstWriteMs))
+	return v
+}
+
+func decodeSeg(v []byte) (base, firstWriteMs int64, err error) {
+	if len(v) != segValueLen {
+		return 0, 0, fmt.Errorf("segment state of %d bytes, want %d", len(v), segValueLen)
 	}
 	return int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), nil
+}
+
+func encodeHorizon(ms int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(ms)) }
+
+func decodeHorizon(v []byte) (int64, error) {
+	if len(v) != horizValueLen {
+		return 0, fmt.Errorf("delete horizon of %d bytes, want %d", len(v), horizValueLen)
+	}
+	return int64(binary.BigEndian.Uint64(v)), nil
 }
 
 // varintLen is the length of the unsigned varint encoding of v.

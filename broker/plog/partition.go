@@ -19,12 +19,12 @@ import (
 // LogEndOffset, readable up to HighWatermark. Get one from Store.Partition. All methods are safe for
 // concurrent use.
 type Partition struct {
-	s                         *Store
-	id                        PartitionID
-	lprefix, tprefix, sprefix []byte
+	s                                           *Store
+	id                                          PartitionID
+	lprefix, tprefix, sprefix, gprefix, hprefix []byte
 
-	// retMu serialises ApplyRetention runs of this partition, which compute their deletions from one
-	// snapshot.
+	// retMu is the partition's maintenance lock: it serialises ApplyRetention and Compact runs, which
+	// compute their changes from one snapshot and are the only writers of the state key.
 	retMu sync.Mutex
 
 	mu       sync.Mutex
@@ -36,6 +36,17 @@ type Partition struct {
 	logStart int64
 	size     int64 // bytes of batches in [logStart, leo)
 	changed  chan struct{}
+
+	// Persisted in the state key (changed under retMu, read under mu).
+	floor      int64 // stored LEO floor
+	checkpoint int64 // cleaner checkpoint: [logStart, checkpoint) holds each key at most once
+
+	// The active segment [segBase, next): the tail the cleaner never touches. The writer rolls it
+	// (segmentLocked); segBase and segTime are persisted in the segment key when a segment gets its
+	// first batch.
+	segBase  int64
+	segTime  int64 // ms when the segment's first batch was written
+	segBytes int64 // bytes of batches in the segment; 0: empty, the next batch starts a new one
 }
 
 // ID returns the partition's id.
@@ -141,6 +152,54 @@ type AppendOptions struct {
 	Sync          bool  // acks=all: wait for the fsync (when Options.Fsync) before returning
 	LogAppendTime int64 // ms; >= 0 stamps each batch with batch.SetLogAppendTime, < 0 keeps producer time
 	LeaderEpoch   int32 // written into each batch with batch.SetPartitionLeaderEpoch
+	// SegmentBytes and SegmentMs are the topic's segment.bytes and segment.ms (capped by
+	// max.compaction.lag.ms for compacted topics): the active segment rolls before a batch that would
+	// take it past SegmentBytes, or when its first batch was written more than SegmentMs ago. They are
+	// per append, not per partition, so a config change applies from the next append on. <= 0 takes
+	// DefaultSegmentBytes / DefaultSegmentMs (Kafka's defaults).
+	SegmentBytes int64
+	SegmentMs    int64
+}
+
+// Kafka's defaults of segment.bytes and segment.ms, used when AppendOptions leave them at zero.
+const (
+	DefaultSegmentBytes = 1 << 30
+	DefaultSegmentMs    = 7 * 24 * 60 * 60 * 1000
+)
+
+// segmentLocked accounts a batch of n bytes that the writer is about to store at p.next to the active
+// segment, rolling the segment first when the batch would take it past segBytes or its first batch was
+// written more than segMs before nowMs, as Kafka rolls a log segment on append. When the batch starts a
+// segment it returns the segment key's entry, which the writer stores in the batch's transaction, ahead
+// of the batch: after a crash the stored segment start is never past a stored batch. p.mu is held.
+func (p *Partition) segmentLocked(n, nowMs, segBytes, segMs int64) *badger.Entry {
+	if segBytes <= 0 {
+		segBytes = DefaultSegmentBytes
+	}
+	if segMs <= 0 {
+		segMs = DefaultSegmentMs
+	}
+	if p.segBytes > 0 && (p.segBytes > segBytes-n || nowMs-p.segTime > segMs) {
+		p.segBytes = 0
+	}
+	var e *badger.Entry
+	if p.segBytes == 0 {
+		p.segBase, p.segTime = p.next, nowMs
+		e = badger.NewEntry(p.gprefix, encodeSeg(p.next, nowMs))
+	}
+	p.segBytes += n
+	return e
+}
+
+// ActiveSegmentStart returns the offset where the active segment starts: the cleaner considers only
+// batches below it.
+func (p *Partition) ActiveSegmentStart() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.segBytes == 0 {
+		return p.next
+	}
+	return p.segBase
 }
 
 // AppendResult says where an Append went.
@@ -205,7 +264,7 @@ func (p *Partition) prepare(batches []byte, opts AppendOptions) (*appendReq, err
 	if err := p.check("append to"); err != nil {
 		return nil, err
 	}
-	r := &appendReq{p: p, sync: opts.Sync, done: make(chan struct{})}
+	r := &appendReq{p: p, sync: opts.Sync, segBytes: opts.SegmentBytes, segMs: opts.SegmentMs, done: make(chan struct{})}
 	for rest := batches; len(rest) > 0; {
 		h, err := batch.ParseHeader(rest)
 		if err != nil {
@@ -243,8 +302,10 @@ func (p *Partition) outOfRange(offset, start, hw int64) error {
 // it: consumers skip the records below their position), while the bytes appended stay within maxBytes;
 // the first batch is appended even if larger (KIP-74), so a consumer always makes progress. It never
 // returns a batch at or above the HW. offset == HW returns dst unchanged (a long-poll then waits on
-// Changed). Errors (wrapped): rerr.ErrOffsetOutOfRange when offset < LogStartOffset or > HW (also when
-// retention deletes the batch during the read); ErrPartitionDeleted; ErrClosed; Badger read errors.
+// Changed). An offset that compaction removed (a gap: no stored batch holds it) reads from the next
+// batch after it, as Kafka readers skip compacted-away offsets. Errors (wrapped):
+// rerr.ErrOffsetOutOfRange when offset < LogStartOffset or > HW (also when retention deletes the batch
+// during the read); ErrPartitionDeleted; ErrClosed; Badger read errors.
 func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error) {
 	s := p.s
 	orig := dst // returned on errors, so a failed read leaves dst as it was
@@ -255,7 +316,8 @@ func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error)
 	// The bounds are read before the Badger snapshot is taken: the HW moves only after Badger's commit
 	// returned, and a transaction begun after that sees the commit, so every batch below hw is in the
 	// snapshot. (Retention commits before moving the log start; a batch it deleted meanwhile is missing
-	// from the snapshot, which the walk below reports as out of range.)
+	// from the snapshot, which the walk below tells from a compaction gap by the log start stored in
+	// the same snapshot.)
 	p.mu.Lock()
 	gone, start, hw := p.gone, p.logStart, p.hw
 	p.mu.Unlock()
@@ -280,10 +342,11 @@ func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error)
 		if err != nil {
 			return orig, fmt.Errorf("read %s at %d: %w", p.id, offset, err)
 		}
-		if !ok {
-			return orig, p.outOfRange(offset, start, hw)
+		if ok {
+			it.Seek(batchKey(p.lprefix, base))
 		}
-		it.Seek(batchKey(p.lprefix, base))
+		// Otherwise no batch begins at or before offset (the cleaner removed the first batches, or
+		// retention deleted them after the bounds were read) and the iterator stands after offset.
 	}
 	added := 0
 	for ; it.Valid(); it.Next() {
@@ -293,15 +356,15 @@ func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error)
 			break
 		}
 		first := added == 0
-		stop := false
+		stop, skip := false, false
 		err := item.Value(func(v []byte) error {
 			if len(v) < batch.HeaderSize {
 				return rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "stored batch at %d is %d bytes", base, len(v))
 			}
 			next := base + int64(lastOffsetDelta(v)) + 1
 			if first && next <= offset {
-				// The batch before offset ends below it: offset's batch was deleted after the bounds were read.
-				return p.outOfRange(offset, start, hw)
+				skip = true // the batch before offset ends below it: offset lies in a gap
+				return nil
 			}
 			if next > hw || (!first && added+len(v) > maxBytes) {
 				stop = true
@@ -312,20 +375,62 @@ func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error)
 			return nil
 		})
 		if err != nil {
-			if errors.Is(err, rerr.ErrOffsetOutOfRange) {
-				return orig, err
-			}
 			return orig, fmt.Errorf("read %s at %d: %w", p.id, offset, err)
 		}
 		if stop {
 			break
 		}
+		if skip {
+			continue
+		}
+		if first && base > offset {
+			// No stored batch holds offset: a compaction gap (read on) or retention deleted it after
+			// the bounds were read (out of range).
+			if err := p.checkGap(txn, offset, hw); err != nil {
+				return orig, err
+			}
+		}
 	}
 	if added == 0 {
-		// Below the HW there is always a batch holding offset, unless retention deleted it meanwhile.
-		return orig, p.outOfRange(offset, start, hw)
+		// Nothing below the HW from offset on: retention deleted it meanwhile, or (a log the cleaner
+		// left without batches up to the HW) there is nothing to read yet.
+		if err := p.checkGap(txn, offset, hw); err != nil {
+			return orig, err
+		}
 	}
 	return dst, nil
+}
+
+// checkGap decides what an offset no stored batch holds means. Compaction never moves the log start;
+// retention writes the new one in the transaction that deletes the first batches. So the log start
+// stored in the reader's snapshot says whether offset was deleted by retention (OFFSET_OUT_OF_RANGE) or
+// lies in a compaction gap (nil: read on from the next batch).
+func (p *Partition) checkGap(txn *badger.Txn, offset, hw int64) error {
+	stored, err := p.storedLogStart(txn)
+	if err != nil {
+		return fmt.Errorf("read %s at %d: %w", p.id, offset, err)
+	}
+	if offset < stored {
+		return p.outOfRange(offset, stored, hw)
+	}
+	return nil
+}
+
+// storedLogStart returns the log start offset stored in txn's snapshot (0 when none is stored yet).
+func (p *Partition) storedLogStart(txn *badger.Txn) (int64, error) {
+	item, err := txn.Get(p.sprefix)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read state: %w", err)
+	}
+	var st partState
+	err = item.Value(func(v []byte) error {
+		st, err = decodeState(v)
+		return err
+	})
+	return st.logStart, err
 }
 
 // floorBatch finds the base offset of the batch with the greatest base offset <= offset.
@@ -445,6 +550,7 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 	}
 
 	var deletes [][]byte
+	var deleted []deletedBatch // to take them off the active segment's size if it reached below newStart
 	var freed int64
 	remaining := size
 	newStart := hw
@@ -458,6 +564,7 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 		n := storedValueSize(item.ValueSize())
 		if base < timeBound || (retentionBytes >= 0 && remaining > retentionBytes) {
 			deletes = append(deletes, item.KeyCopy(nil))
+			deleted = append(deleted, deletedBatch{base, n})
 			remaining -= n
 			freed += n
 			continue
@@ -493,9 +600,19 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 		repoint = timeKey(p.tprefix, lastTs, newStart)
 	}
 
+	// Delete horizons of the deleted batches (compacted topics with compact,delete) go too.
+	hdeletes, err := keysBelow(txn, p.hprefix, newStart)
+	if err != nil {
+		return 0, fmt.Errorf("retention of %s: %w", p.id, err)
+	}
+
 	// The state goes first: if a crash splits the transactions, the next open sees the new log start
-	// and removes the batches left below it.
-	ops := []op{{key: p.sprefix, value: encodeState(newStart, newStart)}}
+	// and removes the batches left below it. The floor and the cleaner checkpoint only change under
+	// retMu, which this holds.
+	p.mu.Lock()
+	st := partState{logStart: newStart, floor: max(p.floor, newStart), checkpoint: p.checkpoint}
+	p.mu.Unlock()
+	ops := []op{{key: p.sprefix, value: encodeState(st)}}
 	if repoint != nil {
 		ops = append(ops, op{key: repoint, value: []byte{}})
 	}
@@ -505,24 +622,60 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 	for _, k := range tdeletes {
 		ops = append(ops, op{key: k, del: true})
 	}
+	for _, k := range hdeletes {
+		ops = append(ops, op{key: k, del: true})
+	}
 	s.dropMu.RLock()
 	if err := p.check("retention of"); err != nil {
 		s.dropMu.RUnlock()
 		return 0, err
 	}
-	err := s.apply(ops)
+	err = s.apply(ops)
 	s.dropMu.RUnlock()
 	if err != nil {
 		return 0, fmt.Errorf("retention of %s: delete %d batches below %d: %w", p.id, len(deletes), newStart, err)
 	}
 	p.mu.Lock()
+	p.floor = st.floor
 	if p.gone == nil && newStart > p.logStart {
 		p.logStart = newStart
 		p.size -= freed
+		// Retention may delete into the active segment (a log older than retention.ms throughout),
+		// as Kafka deletes a rolled active segment: the segment then starts at the new log start.
+		if p.segBytes > 0 && p.segBase < newStart {
+			for _, d := range deleted {
+				if d.base >= p.segBase {
+					p.segBytes -= d.size
+				}
+			}
+			p.segBase = newStart
+		}
 		p.notifyLocked()
 	}
 	p.mu.Unlock()
 	return len(deletes), nil
+}
+
+// deletedBatch is the base offset and stored size of a batch retention deletes.
+type deletedBatch struct{ base, size int64 }
+
+// keysBelow returns copies of the keys of one partition's per-batch index (prefix|baseOffset) with a
+// base offset below end.
+func keysBelow(txn *badger.Txn, prefix []byte, end int64) ([][]byte, error) {
+	var keys [][]byte
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
+	defer it.Close()
+	for it.Rewind(); it.Valid(); it.Next() {
+		k := it.Item().Key()
+		if len(k) != batchKeyLen {
+			return nil, fmt.Errorf("index key of %d bytes under prefix %q", len(k), prefix[:1])
+		}
+		if batchKeyOffset(k) >= end {
+			break
+		}
+		keys = append(keys, it.Item().KeyCopy(nil))
+	}
+	return keys, nil
 }
 
 // op is one key to set or delete.
@@ -557,10 +710,12 @@ func (s *Store) apply(ops []op) error {
 	return txn.Commit()
 }
 
-// recover builds the partition from what Badger holds: log start = max(stored log start, first batch),
-// LEO = max(end of the last batch, stored floor), size = sum of the batch sizes from the log start,
-// running max timestamp = the last time-index entry, HW = LEO. Batches and index entries below the stored
-// log start (left by a retention a crash interrupted) are deleted.
+// recover builds the partition from what Badger holds: log start = the stored one (or the first batch
+// when none is stored), LEO = max(end of the last batch, stored floor), size = sum of the batch sizes
+// from the log start, running max timestamp = the last time-index entry, HW = LEO, the cleaner
+// checkpoint from the state, the active segment from the segment key (its start clamped into the log;
+// without a key the whole log is one segment first written now). Batches, index entries and delete
+// horizons below the stored log start (left by a retention a crash interrupted) are deleted.
 func (s *Store) recover(id PartitionID) (*Partition, error) {
 	p := &Partition{
 		s:       s,
@@ -568,13 +723,15 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 		lprefix: partPrefix(kindBatch, id),
 		tprefix: partPrefix(kindTime, id),
 		sprefix: partPrefix(kindState, id),
+		gprefix: partPrefix(kindSeg, id),
+		hprefix: partPrefix(kindHoriz, id),
 		maxTs:   -1,
 		changed: make(chan struct{}),
 	}
 	txn := s.db.NewTransaction(false)
 	defer txn.Discard()
 
-	var floor int64
+	hasState := false
 	switch item, err := txn.Get(p.sprefix); {
 	case errors.Is(err, badger.ErrKeyNotFound):
 	case err != nil:
@@ -584,9 +741,27 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read state: %w", err)
 		}
-		if p.logStart, floor, err = decodeState(v); err != nil {
+		st, err := decodeState(v)
+		if err != nil {
 			return nil, err
 		}
+		hasState = true
+		p.logStart, p.floor, p.checkpoint = st.logStart, st.floor, st.checkpoint
+	}
+	hasSeg := false
+	switch item, err := txn.Get(p.gprefix); {
+	case errors.Is(err, badger.ErrKeyNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("read segment state: %w", err)
+	default:
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return nil, fmt.Errorf("read segment state: %w", err)
+		}
+		if p.segBase, p.segTime, err = decodeSeg(v); err != nil {
+			return nil, err
+		}
+		hasSeg = true
 	}
 
 	var stale [][]byte
@@ -603,12 +778,16 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 		if firstBase < 0 {
 			firstBase = base
 		}
-		p.size += storedValueSize(item.ValueSize())
+		n := storedValueSize(item.ValueSize())
+		p.size += n
+		if base >= p.segBase {
+			p.segBytes += n
+		}
 		last = item.KeyCopy(last)
 	}
 	it.Close()
 
-	p.leo = floor
+	p.leo = p.floor
 	if last != nil {
 		item, err := txn.Get(last)
 		if err != nil {
@@ -623,10 +802,23 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 			return nil, fmt.Errorf("last batch at %d: %w", batchKeyOffset(last), err)
 		}
 		p.leo = max(p.leo, batchKeyOffset(last)+int64(h.LastOffsetDelta)+1)
-		p.logStart = max(p.logStart, firstBase)
+		if !hasState {
+			// Compaction stores the state before it can remove a first batch, so the first batch is
+			// the log start only for a log no retention or cleaner has touched.
+			p.logStart = max(p.logStart, firstBase)
+		}
 	}
 	p.logStart = min(p.logStart, p.leo)
 	p.next, p.hw = p.leo, p.leo
+	switch {
+	case !hasSeg:
+		// A log from before segments were tracked, or an empty one: one segment, aged from now.
+		p.segBase, p.segTime, p.segBytes = p.logStart, s.now().UnixMilli(), p.size
+	case p.segBytes == 0:
+		p.segBase = p.leo
+	default:
+		p.segBase = min(max(p.segBase, p.logStart), p.leo)
+	}
 
 	tit := txn.NewIterator(badger.IteratorOptions{Prefix: p.tprefix, PrefetchValues: false})
 	for tit.Rewind(); tit.Valid(); tit.Next() {
@@ -638,6 +830,11 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 		p.maxTs = ts // rises with the keys; the last one is the running max
 	}
 	tit.Close()
+	hstale, err := keysBelow(txn, p.hprefix, p.logStart)
+	if err != nil {
+		return nil, err
+	}
+	stale = append(stale, hstale...)
 	if len(stale) > 0 {
 		ops := make([]op, len(stale))
 		for i, k := range stale {

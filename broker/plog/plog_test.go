@@ -876,9 +876,10 @@ func TestRecoveryDropsBelowLogStart(t *testing.T) {
 		mustAppend(t, p, valueBatch(t, "x", 2, int64(100+i)), syncAppend)
 	}
 	one := p.Size() / 5
-	// The state of a retention to offset 6 whose deletions were lost.
+	// The state of a retention to offset 6 whose deletions were lost, in the 16-byte form stores wrote
+	// before the cleaner checkpoint was added (still read).
 	if err := s.DB().Update(func(txn *badger.Txn) error {
-		return txn.Set(partPrefix(kindState, pid), encodeState(6, 6))
+		return txn.Set(partPrefix(kindState, pid), encodeState(partState{logStart: 6, floor: 6})[:stateValueLenV1])
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,9 @@ type Store struct {
 	lastVlogFid, lastMemFid uint64
 	// syncFn makes written data durable: syncToDisk, or a failure injected by tests.
 	syncFn func() error
+	// now is the writer's clock for rolling segments: time.Now, or a clock injected by tests (set
+	// before the first append).
+	now func() time.Time
 
 	gcMu sync.Mutex // one value-log GC at a time (Badger rejects a second one)
 
@@ -110,6 +113,7 @@ func Open(opts Options) (*Store, error) {
 		gcDone:     make(chan struct{}),
 	}
 	s.syncFn = s.syncToDisk
+	s.now = time.Now
 	go s.writeLoop()
 	go s.syncLoop()
 	go s.gcLoop()
@@ -192,11 +196,12 @@ func (s *Store) Partition(id PartitionID) (*Partition, error) {
 	return p, nil
 }
 
-// DeletePartition removes every batch, time-index entry and the state of the partition with Badger's
-// DropPrefix (which drops whole tables instead of writing a tombstone per key, and blocks all writes to
-// the DB while it runs), and closes its *Partition: Changed() channels close, later calls return
-// ErrPartitionDeleted, and so do appends still queued. Deleting a partition that has no data is not an
-// error. A later Store.Partition(id) starts an empty log at offset 0.
+// DeletePartition removes every batch, time-index entry and delete horizon, the segment key and the
+// state of the partition with Badger's DropPrefix (which drops whole tables instead of writing a
+// tombstone per key, and blocks all writes to the DB while it runs), and closes its *Partition:
+// Changed() channels close, later calls return ErrPartitionDeleted, and so do appends still queued.
+// Deleting a partition that has no data is not an error. A later Store.Partition(id) starts an empty
+// log at offset 0.
 func (s *Store) DeletePartition(id PartitionID) error {
 	if err := s.acquire("delete partition " + id.String()); err != nil {
 		return err
@@ -210,7 +215,8 @@ func (s *Store) DeletePartition(id PartitionID) error {
 	}
 	s.dropMu.Lock()
 	defer s.dropMu.Unlock()
-	if err := s.db.DropPrefix(partPrefix(kindBatch, id), partPrefix(kindTime, id), partPrefix(kindState, id)); err != nil {
+	if err := s.db.DropPrefix(partPrefix(kindBatch, id), partPrefix(kindTime, id), partPrefix(kindState, id),
+		partPrefix(kindSeg, id), partPrefix(kindHoriz, id)); err != nil {
 		return fmt.Errorf("delete partition %s: %w", id, err)
 	}
 	return nil
@@ -296,6 +302,8 @@ type appendReq struct {
 	bytes   int64 // sum of batch sizes
 	held    int64 // bytes held in Store.room
 	sync    bool  // acks=all: done only after the fsync (when Options.Fsync)
+	// The topic's segment limits (AppendOptions.SegmentBytes, SegmentMs).
+	segBytes, segMs int64
 
 	// Set by the writer before done is closed.
 	base, last, logStart int64
@@ -444,6 +452,7 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 	var held int64
 	endIdx := make(map[*Partition]int, 4)
 
+	nowMs := s.now().UnixMilli()
 	s.dropMu.RLock()
 	for _, r := range reqs {
 		held += r.held
@@ -459,6 +468,9 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 		for _, b := range r.batches {
 			// The base offset lies outside the CRC, so stamping it keeps the batch valid.
 			batch.SetBaseOffset(b.data, p.next)
+			if e := p.segmentLocked(int64(len(b.data)), nowMs, r.segBytes, r.segMs); e != nil {
+				entries = append(entries, e)
+			}
 			entries = append(entries, badger.NewEntry(batchKey(p.lprefix, p.next), b.data))
 			if b.maxTs > p.maxTs {
 				// As Kafka's time index: an entry only where the running max rises, so the index's

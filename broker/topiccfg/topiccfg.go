@@ -7,6 +7,7 @@ package topiccfg
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +24,27 @@ const (
 	CleanupPolicy        = "cleanup.policy"
 	MinInsyncReplicas    = "min.insync.replicas"
 	MessageTimestampType = "message.timestamp.type"
+
+	// Compaction (cleanup.policy=compact) and the segments it works on; see broker/plog's package doc.
+	DeleteRetentionMs      = "delete.retention.ms"
+	MinCleanableDirtyRatio = "min.cleanable.dirty.ratio"
+	MinCompactionLagMs     = "min.compaction.lag.ms"
+	MaxCompactionLagMs     = "max.compaction.lag.ms"
+	SegmentMs              = "segment.ms"
+	SegmentBytes           = "segment.bytes"
 )
+
+// Cleanup policies (cleanup.policy values, in the canonical form Normalize writes).
+const (
+	PolicyDelete        = "delete"
+	PolicyCompact       = "compact"
+	PolicyCompactDelete = "compact,delete"
+)
+
+// MinSegmentBytes is the smallest segment.bytes accepted: Kafka (up to 3.9) allows segments as small as
+// one record's overhead, which tests use to make segments roll after every batch. (Kafka 4 raised the
+// floor to 1 MiB and moved smaller values to an internal config; one public config is simpler here.)
+const MinSegmentBytes = 14
 
 // Timestamp types (message.timestamp.type).
 const (
@@ -39,13 +60,50 @@ type Config struct {
 	RetentionBytes int64
 	// MaxMessageBytes: the largest record batch, in bytes, a producer may send (Kafka's default 1048588).
 	MaxMessageBytes int32
-	// CleanupPolicy: "delete", "compact" or "compact,delete". Compaction is done by the consumer-groups work;
-	// until then "compact" topics keep everything.
+	// CleanupPolicy: "delete" (retention deletes old batches), "compact" (the cleaner keeps the latest
+	// record per key) or "compact,delete" (both).
 	CleanupPolicy string
 	// MinInsyncReplicas: with acks=all, the fewest in-sync replicas that must have a write.
 	MinInsyncReplicas int32
 	// LogAppendTime: message.timestamp.type=LogAppendTime, the broker stamps batches with its append time.
 	LogAppendTime bool
+	// DeleteRetentionMs: how long the cleaner keeps a tombstone (a record with a null value) after the
+	// clean that first kept it as the latest record of its key, so consumers reading from the start
+	// within that time still see the delete (Kafka's default 1 day).
+	DeleteRetentionMs int64
+	// MinCleanableDirtyRatio: the cleaner cleans a partition once bytes written since its last clean
+	// make up at least this share of its closed segments (0 to 1, default 0.5).
+	MinCleanableDirtyRatio float64
+	// MinCompactionLagMs: records stay uncompacted at least this long after their timestamp (default 0).
+	MinCompactionLagMs int64
+	// MaxCompactionLagMs: a record stays uncompacted at most about this long after its timestamp: the
+	// cleaner ignores the dirty ratio once the oldest dirty record is older (default: no limit). For
+	// compacted topics it also caps segment.ms (RollMs).
+	MaxCompactionLagMs int64
+	// SegmentMs: the active segment rolls when it is older than this (default 7 days).
+	SegmentMs int64
+	// SegmentBytes: the active segment rolls before it would exceed this size (default 1 GiB).
+	SegmentBytes int64
+}
+
+// Compact reports whether the cleanup policy includes compaction.
+func (c Config) Compact() bool {
+	return c.CleanupPolicy == PolicyCompact || c.CleanupPolicy == PolicyCompactDelete
+}
+
+// Delete reports whether the cleanup policy includes deletion by retention.ms and retention.bytes.
+func (c Config) Delete() bool {
+	return c.CleanupPolicy == PolicyDelete || c.CleanupPolicy == PolicyCompactDelete
+}
+
+// RollMs is the age at which the active segment rolls: segment.ms, capped by max.compaction.lag.ms for
+// compacted topics (Kafka's LogConfig.maxSegmentMs), since the cleaner never touches the active segment
+// and could otherwise not keep the max-lag promise.
+func (c Config) RollMs() int64 {
+	if c.Compact() {
+		return min(c.SegmentMs, c.MaxCompactionLagMs)
+	}
+	return c.SegmentMs
 }
 
 type def struct {
@@ -72,7 +130,7 @@ var defs = map[string]def{
 	}, "largest record batch in bytes (at most 64 MiB, the gRPC message cap)"},
 	CleanupPolicy: {"delete", func(c *Config, v string) error {
 		switch norm := normPolicy(v); norm {
-		case "delete", "compact", "compact,delete":
+		case PolicyDelete, PolicyCompact, PolicyCompactDelete:
 			c.CleanupPolicy = norm
 			return nil
 		}
@@ -94,6 +152,42 @@ var defs = map[string]def{
 		}
 		return nil
 	}, "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's time"},
+	DeleteRetentionMs: {"86400000", func(c *Config, v string) error {
+		n, err := parseInt(v, 0, math.MaxInt64)
+		c.DeleteRetentionMs = n
+		return err
+	}, "ms the cleaner keeps a tombstone after the clean that first kept it, so slow readers still see the delete"},
+	MinCleanableDirtyRatio: {"0.5", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil || math.IsNaN(f) {
+			return fmt.Errorf("not a number")
+		}
+		if f < 0 || f > 1 {
+			return fmt.Errorf("must be between 0 and 1")
+		}
+		c.MinCleanableDirtyRatio = f
+		return nil
+	}, "share of a compacted partition's closed segments written since the last clean at which the cleaner runs"},
+	MinCompactionLagMs: {"0", func(c *Config, v string) error {
+		n, err := parseInt(v, 0, math.MaxInt64)
+		c.MinCompactionLagMs = n
+		return err
+	}, "ms after its timestamp before a record may be compacted away"},
+	MaxCompactionLagMs: {"9223372036854775807", func(c *Config, v string) error {
+		n, err := parseInt(v, 1, math.MaxInt64)
+		c.MaxCompactionLagMs = n
+		return err
+	}, "ms after its timestamp by which a record is eligible for compaction whatever the dirty ratio"},
+	SegmentMs: {"604800000", func(c *Config, v string) error {
+		n, err := parseInt(v, 1, math.MaxInt64)
+		c.SegmentMs = n
+		return err
+	}, "ms after which the active segment rolls (compaction never touches the active segment)"},
+	SegmentBytes: {"1073741824", func(c *Config, v string) error {
+		n, err := parseInt(v, MinSegmentBytes, math.MaxInt32)
+		c.SegmentBytes = n
+		return err
+	}, "bytes at which the active segment rolls (compaction never touches the active segment)"},
 }
 
 func normPolicy(v string) string {
@@ -149,6 +243,11 @@ func Parse(overrides map[string]string) (Config, error) {
 		if _, ok := defs[name]; !ok {
 			return Config{}, rerr.New(runnelv1.ErrorCode_INVALID_CONFIG, "unknown topic config %q (known: %s)", name, strings.Join(Names(), ", "))
 		}
+	}
+	if c.MinCompactionLagMs > c.MaxCompactionLagMs {
+		// Kafka refuses the pair too: no record could satisfy both.
+		return Config{}, rerr.New(runnelv1.ErrorCode_INVALID_CONFIG, "config %s=%d is greater than %s=%d",
+			MinCompactionLagMs, c.MinCompactionLagMs, MaxCompactionLagMs, c.MaxCompactionLagMs)
 	}
 	return c, nil
 }

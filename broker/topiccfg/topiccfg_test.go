@@ -2,6 +2,7 @@ package topiccfg
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -13,7 +14,9 @@ func TestParseDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{RetentionMs: 604800000, RetentionBytes: -1, MaxMessageBytes: 1048588, CleanupPolicy: "delete", MinInsyncReplicas: 1}
+	want := Config{RetentionMs: 604800000, RetentionBytes: -1, MaxMessageBytes: 1048588, CleanupPolicy: "delete", MinInsyncReplicas: 1,
+		DeleteRetentionMs: 86400000, MinCleanableDirtyRatio: 0.5, MinCompactionLagMs: 0, MaxCompactionLagMs: math.MaxInt64,
+		SegmentMs: 604800000, SegmentBytes: 1073741824}
 	if c != want {
 		t.Fatalf("defaults = %+v, want %+v", c, want)
 	}
@@ -39,6 +42,17 @@ func TestParseRejects(t *testing.T) {
 		{CleanupPolicy: "purge"},
 		{MinInsyncReplicas: "0"},
 		{MessageTimestampType: "Whenever"},
+		{DeleteRetentionMs: "-1"},
+		{MinCleanableDirtyRatio: "1.5"},
+		{MinCleanableDirtyRatio: "-0.1"},
+		{MinCleanableDirtyRatio: "NaN"},
+		{MinCleanableDirtyRatio: "half"},
+		{MinCompactionLagMs: "-1"},
+		{MaxCompactionLagMs: "0"},
+		{MinCompactionLagMs: "2000", MaxCompactionLagMs: "1000"},
+		{SegmentMs: "0"},
+		{SegmentBytes: "13"},
+		{SegmentBytes: "2147483648"},
 	} {
 		_, err := Parse(m)
 		if !errors.Is(err, rerr.ErrInvalidConfig) {
@@ -72,5 +86,29 @@ func TestEntriesMarkDefaults(t *testing.T) {
 		if e.Name == RetentionMs && e.Value != "1000" {
 			t.Errorf("retention.ms = %s", e.Value)
 		}
+	}
+}
+
+func TestParseCompactionConfigs(t *testing.T) {
+	c, err := Parse(map[string]string{CleanupPolicy: "compact", DeleteRetentionMs: "0", MinCleanableDirtyRatio: "0.01",
+		MinCompactionLagMs: "100", MaxCompactionLagMs: "60000", SegmentMs: "3600000", SegmentBytes: "14"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DeleteRetentionMs != 0 || c.MinCleanableDirtyRatio != 0.01 || c.MinCompactionLagMs != 100 || c.MaxCompactionLagMs != 60000 ||
+		c.SegmentMs != 3600000 || c.SegmentBytes != 14 {
+		t.Fatalf("parsed %+v", c)
+	}
+	// The active segment of a compacted topic rolls by max.compaction.lag.ms when that is sooner.
+	if !c.Compact() || c.Delete() || c.RollMs() != 60000 {
+		t.Fatalf("compact %v delete %v roll %d", c.Compact(), c.Delete(), c.RollMs())
+	}
+	c.CleanupPolicy = PolicyDelete
+	if c.Compact() || !c.Delete() || c.RollMs() != 3600000 {
+		t.Fatalf("delete policy: compact %v delete %v roll %d", c.Compact(), c.Delete(), c.RollMs())
+	}
+	c.CleanupPolicy = PolicyCompactDelete
+	if !c.Compact() || !c.Delete() {
+		t.Fatalf("compact,delete: compact %v delete %v", c.Compact(), c.Delete())
 	}
 }

@@ -5,8 +5,8 @@ import (
 	"math"
 	"math/bits"
 
-	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 )
 
 // Record layout inside a batch (Kafka's v2 record, all integers zig-zag varints as protobuf's sint):

@@ -279,16 +279,27 @@ func TestDecodeCorruptInputs(t *testing.T) {
 	good := build(t, &b, sampleRecords(20, 7), CompressionNone)
 	gz := build(t, &b, sampleRecords(20, 7), CompressionGzip)
 	cases := map[string][]byte{
-		"empty":         nil,
-		"short":         good[:30],
-		"truncated":     good[:len(good)-1],
-		"bad crc":       func() []byte { x := bytes.Clone(good); x[len(x)-1] ^= 1; return x }(),
-		"count too big": func() []byte { x := bytes.Clone(good); binary.BigEndian.PutUint32(x[57:], 21); binary.BigEndian.PutUint32(x[23:], 20); binary.BigEndian.PutUint32(x[17:], Checksum(x)); return x }(),
-		"garbage gzip":  withArea(gz, CompressionGzip, []byte("not gzip at all")),
-		"garbage lz4":   withArea(gz, CompressionLZ4, []byte("not lz4 at all")),
-		"garbage zstd":  withArea(gz, CompressionZstd, []byte("not zstd at all")),
-		"garbage snap":  withArea(gz, CompressionSnappy, []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 1}),
-		"bad codec":     func() []byte { x := bytes.Clone(good); binary.BigEndian.PutUint16(x[21:], 6); binary.BigEndian.PutUint32(x[17:], Checksum(x)); return x }(),
+		"empty":     nil,
+		"short":     good[:30],
+		"truncated": good[:len(good)-1],
+		"bad crc":   func() []byte { x := bytes.Clone(good); x[len(x)-1] ^= 1; return x }(),
+		"count too big": func() []byte {
+			x := bytes.Clone(good)
+			binary.BigEndian.PutUint32(x[57:], 21)
+			binary.BigEndian.PutUint32(x[23:], 20)
+			binary.BigEndian.PutUint32(x[17:], Checksum(x))
+			return x
+		}(),
+		"garbage gzip": withArea(gz, CompressionGzip, []byte("not gzip at all")),
+		"garbage lz4":  withArea(gz, CompressionLZ4, []byte("not lz4 at all")),
+		"garbage zstd": withArea(gz, CompressionZstd, []byte("not zstd at all")),
+		"garbage snap": withArea(gz, CompressionSnappy, []byte{0xff, 0xff, 0xff, 0xff, 0x0f, 1}),
+		"bad codec": func() []byte {
+			x := bytes.Clone(good)
+			binary.BigEndian.PutUint16(x[21:], 6)
+			binary.BigEndian.PutUint32(x[17:], Checksum(x))
+			return x
+		}(),
 		// A compressed area whose records do not tile it.
 		"short records": withArea(gz, CompressionSnappy, snappyOf(good[HeaderSize:len(good)-3])),
 	}

@@ -60,6 +60,7 @@ type benchResult struct {
 	Compression   string  `json:"compression,omitempty"`
 	Producers     int     `json:"producers,omitempty"`
 	Keys          int     `json:"keys,omitempty"`
+	Rate          float64 `json:"rate,omitempty"` // the --rate asked for; 0: unlimited
 	Records       int64   `json:"records"`
 	Bytes         int64   `json:"bytes"`
 	Errors        int64   `json:"errors"`
@@ -95,7 +96,11 @@ func (r *benchResult) print(w io.Writer, output string) error {
 		if r.Keys > 0 {
 			keys = comma(int64(r.Keys)) + " distinct"
 		}
-		fmt.Fprintf(tw, "settings\t%d-byte values, keys %s, acks=%s, compression=%s, %d producer(s)\n", r.Size, keys, r.Acks, r.Compression, r.Producers)
+		pace := "as fast as possible"
+		if r.Rate > 0 {
+			pace = "paced to " + comma(int64(r.Rate)) + " records/s"
+		}
+		fmt.Fprintf(tw, "settings\t%d-byte values, keys %s, acks=%s, compression=%s, %d producer(s), %s\n", r.Size, keys, r.Acks, r.Compression, r.Producers, pace)
 	}
 	fmt.Fprintf(tw, "records\t%s in %.2fs, %s errors\n", comma(r.Records), r.Seconds, comma(r.Errors))
 	fmt.Fprintf(tw, "throughput\t%s records/s, %.1f MB/s\n", comma(int64(r.RecordsPerSec)), r.MBPerSec)
@@ -137,6 +142,7 @@ func newBenchProduceCmd(a *app, bf *benchFlags) *cobra.Command {
 		partitions int32
 		producers  int
 		keys       int
+		rateLimit  float64
 	)
 	cmd := &cobra.Command{
 		Use:   "produce",
@@ -144,6 +150,10 @@ func newBenchProduceCmd(a *app, bf *benchFlags) *cobra.Command {
 		Long: `Produce --count records (or for --duration, default 10s) of --size bytes to --topic, created with
 --partitions if missing, from --producers concurrent producers, and report records/s, MB/s and the
 latency from handing each record to the producer to its acknowledgement (p50, p99, p99.9, max).
+
+Without --rate the producers go as fast as they can, so the buffer (64 MiB) stays full and the latency
+is mostly time spent queued in it: use --rate below the maximum throughput to measure latency under
+a given load (as Kafka's producer-perf-test --throughput).
 
 Values are random lowercase letters (slices of a 4 MiB random buffer, so they differ and compress
 about as well as text). With --keys N, records carry one of N distinct keys in turn; without, they
@@ -156,8 +166,8 @@ have no key and the sticky partitioner fills one partition's batch at a time.`,
 			if err != nil {
 				return &usageError{err}
 			}
-			if size < 0 || producers < 1 || keys < 0 || bf.count < 0 {
-				return &usageError{errors.New("--size, --keys and --count cannot be negative, --producers must be at least 1")}
+			if size < 0 || producers < 1 || keys < 0 || bf.count < 0 || rateLimit < 0 {
+				return &usageError{errors.New("--size, --keys, --count and --rate cannot be negative, --producers must be at least 1")}
 			}
 			opts, err := pf.options(cmd)
 			if err != nil {
@@ -168,9 +178,9 @@ have no key and the sticky partitioner fills one partition's batch at a time.`,
 				return err
 			}
 			ctx := cmd.Context()
-			adm, err := client.NewAdmin(brokers)
+			adm, err := a.newAdmin(brokers)
 			if err != nil {
-				return fmt.Errorf("admin client: %w", err)
+				return err
 			}
 			parts, err := ensureTopic(ctx, adm, bf.topic, partitions)
 			adm.Close()
@@ -186,8 +196,8 @@ have no key and the sticky partitioner fills one partition's batch at a time.`,
 				return err
 			}
 			res := benchResult{Mode: "produce", Topic: bf.topic, Partitions: len(parts), Size: size,
-				Acks: pf.acks, Compression: pf.compression, Producers: producers, Keys: keys, Latency: "produce-to-ack"}
-			st, h, elapsed, err := benchProduce(ctx, brokers, opts, bf, duration, size, producers, keys, cmd.ErrOrStderr())
+				Acks: pf.acks, Compression: pf.compression, Producers: producers, Keys: keys, Rate: rateLimit, Latency: "produce-to-ack"}
+			st, h, elapsed, err := benchProduce(ctx, brokers, opts, bf, duration, size, producers, keys, rateLimit, cmd.ErrOrStderr())
 			stopProf()
 			if err != nil {
 				return err
@@ -209,6 +219,7 @@ have no key and the sticky partitioner fills one partition's batch at a time.`,
 	fs.IntVar(&producers, "producers", 1, "concurrent producers (each its own client and connection)")
 	fs.IntVar(&keys, "keys", 0, "give records keys, cycling through this many distinct ones (0: no keys; --keys alone: 10000)")
 	fs.Lookup("keys").NoOptDefVal = "10000"
+	fs.Float64Var(&rateLimit, "rate", 0, "target records/s over all producers (0: as fast as possible); latency is only meaningful below saturation")
 	pf.register(cmd)
 	return cmd
 }
@@ -219,7 +230,7 @@ const letters = "abcdefghijklmnopqrstuvwxyz"
 // benchProduce runs the producers and returns the counts, the latency histogram and the time from the
 // first record to the last acknowledgement.
 func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerOption, bf *benchFlags,
-	duration time.Duration, size, producers, nkeys int, stderr io.Writer) (*produceStats, *histogram, time.Duration, error) {
+	duration time.Duration, size, producers, nkeys int, rateLimit float64, stderr io.Writer) (*produceStats, *histogram, time.Duration, error) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	payload := make([]byte, 4<<20+size)
 	for i := range payload {
@@ -273,8 +284,17 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 				if bf.count > 0 && remaining.Add(-1) < 0 {
 					break
 				}
-				if duration > 0 && i%64 == 0 && time.Now().After(deadline) {
-					break
+				if i%64 == 0 {
+					now := time.Now()
+					if duration > 0 && now.After(deadline) {
+						break
+					}
+					if rateLimit > 0 { // pace this producer to its share of the rate
+						due := start.Add(time.Duration(float64(i) * float64(producers) / rateLimit * float64(time.Second)))
+						if wait := due.Sub(now); wait > 0 {
+							time.Sleep(wait)
+						}
+					}
 				}
 				r := pool.Get().(*client.Record)
 				r.Topic, r.Partition = bf.topic, -1
@@ -323,9 +343,9 @@ each Poll call (p50, p99, p99.9, max).`,
 				return err
 			}
 			ctx := cmd.Context()
-			adm, err := client.NewAdmin(brokers)
+			adm, err := a.newAdmin(brokers)
 			if err != nil {
-				return fmt.Errorf("admin client: %w", err)
+				return err
 			}
 			defer adm.Close()
 			parts, err := topicPartitionsWith(ctx, adm, bf.topic)

@@ -55,9 +55,9 @@ Records of one partition come in offset order; partitions are interleaved.`,
 				return err
 			}
 			ctx := cmd.Context()
-			adm, err := client.NewAdmin(brokers)
+			adm, err := a.newAdmin(brokers)
 			if err != nil {
-				return fmt.Errorf("admin client: %w", err)
+				return err
 			}
 			defer adm.Close()
 			all, err := topicPartitionsWith(ctx, adm, topic)

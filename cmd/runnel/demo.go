@@ -74,7 +74,7 @@ partition had before the run. The exit status is 1 on any mismatch.`,
 			if err != nil {
 				return err
 			}
-			return runDemoFlights(cmd.Context(), brokers, opts, &df, out, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runDemoFlights(cmd.Context(), a, brokers, opts, &df, out, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
@@ -134,7 +134,7 @@ type demoKeyRow struct {
 // maxProblems caps the problems listed; the rest are only counted.
 const maxProblems = 10
 
-func runDemoFlights(ctx context.Context, brokers []string, opts []client.ProducerOption, df *demoFlags, output string, stdout, stderr io.Writer) error {
+func runDemoFlights(ctx context.Context, a *app, brokers []string, opts []client.ProducerOption, df *demoFlags, output string, stdout, stderr io.Writer) error {
 	rep := demoReport{Topic: df.topic, File: df.file, Problems: []string{}}
 	problem := func(format string, args ...any) {
 		if len(rep.Problems) < maxProblems {
@@ -143,9 +143,9 @@ func runDemoFlights(ctx context.Context, brokers []string, opts []client.Produce
 			rep.Problems = append(rep.Problems, "... (more problems not listed)")
 		}
 	}
-	adm, err := client.NewAdmin(brokers)
+	adm, err := a.newAdmin(brokers)
 	if err != nil {
-		return fmt.Errorf("admin client: %w", err)
+		return err
 	}
 	defer adm.Close()
 	parts, err := ensureTopic(ctx, adm, df.topic, df.partitions)

@@ -23,7 +23,8 @@ func newDevCmd() *cobra.Command {
 		Long: `Run a single-node Runnel on this machine until Ctrl-C (SIGINT) or SIGTERM, then close it cleanly.
 
 Data is kept in --data-dir (./data/dev by default), so records survive a restart. Clients reach the
-node at --grpc-addr; --http-addr serves health and metrics. Either address may use port 0 to pick a
+node at --grpc-addr; --http-addr serves GET /healthz (the process is up), GET /readyz (it serves)
+and Go profiles under /debug/pprof/. Either address may use port 0 to pick a
 free port; the bound addresses are printed on start as a line
   runnel dev: listening grpc=HOST:PORT http=HOST:PORT data=DIR fsync=BOOL
 
@@ -52,7 +53,11 @@ the machine (not just the process) crashes.`,
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "runnel dev: listening grpc=%s http=%s data=%s fsync=%t\n", node.GRPCAddr(), node.HTTPAddr(), cfg.DataDir, cfg.Fsync)
-			fmt.Fprintf(out, "runnel dev: try, in another terminal:  runnel topic create hello --brokers %s\n", node.GRPCAddr())
+			hint := "runnel topic create hello"
+			if node.GRPCAddr() != defaultBrokers {
+				hint = "RUNNEL_BROKERS=" + node.GRPCAddr() + " " + hint
+			}
+			fmt.Fprintf(out, "runnel dev: try, in another terminal:  %s\n", hint)
 			fmt.Fprintln(out, "runnel dev: press Ctrl-C to stop")
 			<-cmd.Context().Done()
 			fmt.Fprintln(out, "runnel dev: stopping (Ctrl-C again to force)")
@@ -66,7 +71,7 @@ the machine (not just the process) crashes.`,
 	fs := cmd.Flags()
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "directory for the node's data")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "host:port of the gRPC API (port 0: any free port)")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "host:port of the HTTP endpoint: health, metrics (port 0: any free port)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "host:port of the HTTP endpoint: /healthz, /readyz, /debug/pprof/ (port 0: any free port)")
 	fs.BoolVar(&noFsync, "no-fsync", false, "acknowledge acks=all writes without waiting for fsync")
 	fs.StringVar(&logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&logLevel, "log-level", "info", "least severe level logged: debug, info, warn or error")

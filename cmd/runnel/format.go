@@ -163,8 +163,14 @@ func printJSONLine(w io.Writer, v any) error {
 // comma formats n with thousands separators.
 func comma(n int64) string { return humanize.Comma(n) }
 
-// mb formats a byte count in megabytes (10^6 bytes), as throughput figures are usually given.
-func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+// mb formats a byte count in megabytes (10^6 bytes), as throughput figures are usually given; counts
+// below a megabyte in bytes or kilobytes.
+func mb(n int64) string {
+	if n < 1e6 {
+		return humanize.Bytes(uint64(max(n, 0)))
+	}
+	return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+}
 
 // rate is n per second over d (0 for a zero d).
 func rate(n int64, d time.Duration) float64 {

@@ -100,7 +100,7 @@ func TestRecordRawAndTable(t *testing.T) {
 }
 
 func TestNumberFormats(t *testing.T) {
-	if comma(3000000) != "3,000,000" || mb(276783695) != "276.8 MB" || bytesIEC(1<<20) != "1.0 MiB" || bytesIEC(-1) != "-" {
+	if comma(3000000) != "3,000,000" || mb(276783695) != "276.8 MB" || mb(24) != "24 B" || mb(1800) != "1.8 kB" || bytesIEC(1<<20) != "1.0 MiB" || bytesIEC(-1) != "-" {
 		t.Errorf("comma %s mb %s iec %s", comma(3000000), mb(276783695), bytesIEC(1<<20))
 	}
 	if rate(10, 2*time.Second) != 5 || rate(1, 0) != 0 {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -165,16 +163,3 @@ func parseOutput(s string, allowed ...string) (string, error) {
 	}
 	return "", fmt.Errorf("-o %q: want %s", s, strings.Join(allowed, " or "))
 }
-
-// sortedKeys returns m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-// errNoPartitions is returned when a topic reports no partitions.
-var errNoPartitions = errors.New("topic has no partitions")

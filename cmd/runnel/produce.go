@@ -100,7 +100,7 @@ ends the run; if any record failed, the first error is shown and the exit status
 				return err
 			}
 			ctx := cmd.Context()
-			parts, err := topicPartitions(ctx, brokers, topic)
+			parts, err := topicPartitions(ctx, a, brokers, topic)
 			if err != nil {
 				return err
 			}
@@ -193,34 +193,60 @@ func (st *produceStats) promise(r *client.Record, err error) {
 
 // run reads every line of in and produces it, then waits for every answer (Flush). It returns an error
 // for input or flush failures; failed records are counted in st.
+//
+// When ctx ends (Ctrl-C), run stops producing at once, even while a read from a terminal blocks: the
+// reading goroutine is left behind (the process is about to exit), and no record goes out after the
+// stop.
 func (lp *lineProducer) run(ctx context.Context, p *client.Producer, in *input, st *produceStats) error {
-	var sl slab
-	err := in.lines(func(line []byte, n int64) bool {
-		if ctx.Err() != nil {
-			return false
-		}
-		st.read.Add(1)
-		r := &client.Record{Topic: lp.topic, Partition: lp.partition, Key: lp.key, Value: sl.copy(line), Headers: lp.headers}
-		if lp.keyField != "" {
-			k, err := jsonField(r.Value, lp.keyField)
-			if err != nil {
-				st.fail(fmt.Errorf("line %d: --key-field %s: %w", n, lp.keyField, err))
-				return true
+	var (
+		sl      slab
+		mu      sync.Mutex // held while a line is produced; stopped is set under it
+		stopped bool
+	)
+	done := make(chan error, 1)
+	go func() {
+		done <- in.lines(func(line []byte, n int64) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			if stopped || ctx.Err() != nil {
+				return false
 			}
-			r.Key = k
-		}
-		if lp.onRecord != nil {
-			lp.onRecord(r, n)
-		}
-		p.Produce(ctx, r, st.promise)
-		return true
-	})
+			lp.produceLine(ctx, p, line, n, &sl, st)
+			return true
+		})
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}
 	// Records already handed over are delivered even after an interrupt: the SDK's delivery timeout
 	// bounds the wait, and a second Ctrl-C ends the process.
 	if ferr := p.Flush(context.Background()); ferr != nil && err == nil && st.failed.Load() == 0 {
 		err = fmt.Errorf("flush: %w", ferr)
 	}
 	return err
+}
+
+// produceLine turns line number n into a record and hands it to p.
+func (lp *lineProducer) produceLine(ctx context.Context, p *client.Producer, line []byte, n int64, sl *slab, st *produceStats) {
+	st.read.Add(1)
+	r := &client.Record{Topic: lp.topic, Partition: lp.partition, Key: lp.key, Value: sl.copy(line), Headers: lp.headers}
+	if lp.keyField != "" {
+		k, err := jsonField(r.Value, lp.keyField)
+		if err != nil {
+			st.fail(fmt.Errorf("line %d: --key-field %s: %w", n, lp.keyField, err))
+			return
+		}
+		r.Key = k
+	}
+	if lp.onRecord != nil {
+		lp.onRecord(r, n)
+	}
+	p.Produce(ctx, r, st.promise)
 }
 
 // summary prints the closing line of a produce run.

@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/client"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -18,10 +20,15 @@ import (
 // says otherwise: the gRPC address of `runnel dev`.
 const defaultBrokers = "127.0.0.1:7070"
 
-// app holds what the verbs share: the broker list flag.
+// app holds what the verbs share: the broker list and admin timeout flags.
 type app struct {
 	brokers string
+	timeout time.Duration
 }
+
+// defaultAdminTimeout bounds admin and metadata calls, retries included, so a command against a node
+// that is not there fails within seconds rather than the SDK's 30s.
+const defaultAdminTimeout = 10 * time.Second
 
 // usageError marks a mistake in the command line (exit status 2), as opposed to a failure (1).
 type usageError struct{ err error }
@@ -96,6 +103,19 @@ func addBrokersFlag(fs *pflag.FlagSet, a *app) {
 		def = defaultBrokers
 	}
 	fs.StringVar(&a.brokers, "brokers", def, "comma-separated host:port list of nodes to contact (env RUNNEL_BROKERS)")
+	fs.DurationVar(&a.timeout, "timeout", defaultAdminTimeout, "how long admin and metadata calls may take, retries included")
+}
+
+// newAdmin opens an Admin client with the --timeout.
+func (a *app) newAdmin(brokers []string) (*client.Admin, error) {
+	if a.timeout <= 0 {
+		return nil, &usageError{errors.New("--timeout must be positive")}
+	}
+	adm, err := client.NewAdmin(brokers, client.WithRequestTimeout(a.timeout), client.WithClientID("runnel-cli"))
+	if err != nil {
+		return nil, fmt.Errorf("admin client: %w", err)
+	}
+	return adm, nil
 }
 
 // brokerList splits the --brokers value into addresses.
@@ -141,6 +161,9 @@ func describeError(err error, brokers string) string {
 	if !errors.As(err, &re) {
 		return msg
 	}
+	// A broker message may repeat its code ("CODE: CODE: what"); say it once.
+	code := re.Code.String() + ": "
+	msg = strings.ReplaceAll(msg, code+code, code)
 	switch re.Code {
 	case runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, runnelv1.ErrorCode_REQUEST_TIMED_OUT:
 		if strings.Contains(re.Message, "connect") || strings.Contains(re.Message, "Unavailable") ||
@@ -150,9 +173,6 @@ func describeError(err error, brokers string) string {
 			}
 			msg += fmt.Sprintf("\n  hint: is a node running at %s? Start one with 'runnel dev' (or 'make run'), or point --brokers / RUNNEL_BROKERS at it.", brokers)
 		}
-	}
-	if re.Retriable() {
-		msg += "\n  (the error is retriable: the same request may succeed later)"
 	}
 	return msg
 }

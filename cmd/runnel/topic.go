@@ -36,9 +36,9 @@ func withAdmin(a *app, fn func(*client.Admin) error) error {
 	if err != nil {
 		return err
 	}
-	adm, err := client.NewAdmin(brokers)
+	adm, err := a.newAdmin(brokers)
 	if err != nil {
-		return fmt.Errorf("admin client: %w", err)
+		return err
 	}
 	defer adm.Close()
 	return fn(adm)
@@ -408,12 +408,15 @@ broker's default. Prints the topic's configs afterwards.`,
 	return cmd
 }
 
+// errNoPartitions is returned when a topic reports no partitions.
+var errNoPartitions = errors.New("topic has no partitions")
+
 // topicPartitions returns the partition numbers of topic, in order. An unknown topic gets a hint to
 // create it.
-func topicPartitions(ctx context.Context, brokers []string, topic string) ([]int32, error) {
-	adm, err := client.NewAdmin(brokers)
+func topicPartitions(ctx context.Context, a *app, brokers []string, topic string) ([]int32, error) {
+	adm, err := a.newAdmin(brokers)
 	if err != nil {
-		return nil, fmt.Errorf("admin client: %w", err)
+		return nil, err
 	}
 	defer adm.Close()
 	return topicPartitionsWith(ctx, adm, topic)
