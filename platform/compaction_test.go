@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,32 +18,8 @@ import (
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/client/batch"
+	"github.com/runnel-io/runnel/platform/platformtest"
 )
-
-// sharedData returns the path of a file in ../shared/data beside the repository root (the directory
-// holding go.mod), or "" when it is not there.
-func sharedData(t *testing.T, name string) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
-	path := filepath.Join(dir, "..", "shared", "data", name)
-	if _, err := os.Stat(path); err != nil {
-		return ""
-	}
-	return path
-}
 
 // quake is one feature of the earthquake feed: its id and its JSON, decoded so revisions can change it.
 type quake struct {
@@ -54,10 +29,7 @@ type quake struct {
 
 func loadQuakes(t *testing.T) []quake {
 	t.Helper()
-	path := sharedData(t, "earthquakes.ndjson")
-	if path == "" {
-		t.Skip("../shared/data/earthquakes.ndjson is not there")
-	}
+	path := platformtest.SharedData(t, "earthquakes.ndjson")
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
 	"github.com/runnel-io/runnel/platform"
+	"github.com/runnel-io/runnel/platform/platformtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -30,9 +31,8 @@ func TestMain(m *testing.M) {
 }
 
 func runChildNode(dir string) {
-	cfg := platform.DefaultConfig()
-	cfg.DataDir, cfg.GRPCAddr, cfg.HTTPAddr = dir, "127.0.0.1:0", ""
-	cfg.MemTableBytes, cfg.BlockCacheBytes, cfg.IndexCacheBytes = 8<<20, 8<<20, 4<<20
+	cfg := platformtest.Config(dir)
+	cfg.HTTPAddr = ""
 	n, err := platform.New(cfg, slog.New(slog.DiscardHandler))
 	if err == nil {
 		err = n.Start()

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
 	"github.com/runnel-io/runnel/platform"
+	"github.com/runnel-io/runnel/platform/platformtest"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -33,24 +33,7 @@ type testNode struct {
 
 func startNode(t *testing.T, dir string, mutate ...func(*platform.Config)) *testNode {
 	t.Helper()
-	cfg := platform.DefaultConfig()
-	cfg.DataDir = dir
-	cfg.GRPCAddr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
-	cfg.MemTableBytes = 8 << 20
-	cfg.BlockCacheBytes = 8 << 20
-	cfg.IndexCacheBytes = 4 << 20
-	cfg.ShutdownTimeout = 2 * time.Second
-	for _, m := range mutate {
-		m(&cfg)
-	}
-	n, err := platform.New(cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
+	n := platformtest.StartNode(t, dir, mutate...)
 	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(128<<20), grpc.MaxCallSendMsgSize(128<<20)))
 	if err != nil {
