@@ -16,8 +16,9 @@ deps: ## download the Go modules
 build: ## build bin/runnel
 	$(GO) build -o $(BIN) ./cmd/runnel
 
-run: build ## run one node with embedded storage (data in ./data/dev, gRPC 127.0.0.1:7070, HTTP 127.0.0.1:7071)
-	./$(BIN) dev
+ARGS ?=
+run: build ## run one node with embedded storage (data in ./data/dev, gRPC 127.0.0.1:7070, HTTP 127.0.0.1:7071); ARGS='--grpc-addr ...' passes flags
+	./$(BIN) dev $(ARGS)
 
 test: ## unit, bad-input and recovery tests with the race detector, plus a short fuzz of each decoder
 	$(GO) vet ./...

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 
 	"github.com/runnel-io/runnel/client"
@@ -24,7 +25,9 @@ func newConsumeCmd(a *app) *cobra.Command {
 		Long: `Read records from every partition of a topic (or those given with --partition) and print them.
 
 --from says where to start in each partition: earliest (the default: everything retained), latest
-(only records written from now on), an offset, or an RFC 3339 time (the first record at or after it).
+(only records written from now on), an offset (the same in each partition; a partition that does not
+hold it starts at its nearest offset), or an RFC 3339 time or YYYY-MM-DD date (the first record at or
+after it).
 
 Without --max-messages or --end it follows the topic until Ctrl-C. Output formats (-o):
   raw    the value, one line per record (the default; what 'runnel produce' reads back in)
@@ -88,7 +91,17 @@ Records of one partition come in offset order; partitions are interleaved.`,
 			}
 			defer c.Close()
 			for _, p := range parts {
-				if err := c.Assign(topic, p, fs.clientOffset()); err != nil {
+				start := fs.clientOffset()
+				if fs.kind == fromOffset {
+					// One offset for every partition: where a partition does not hold it, start at the
+					// nearest offset it does hold (as rpk does), rather than failing the whole read.
+					off, err := clampOffset(ctx, adm, topic, p, fs.offset, cmd.ErrOrStderr())
+					if err != nil {
+						return err
+					}
+					start = client.OffsetAt(off)
+				}
+				if err := c.Assign(topic, p, start); err != nil {
 					return fmt.Errorf("assign %s/%d from %s: %w", topic, p, fs, err)
 				}
 			}
@@ -121,13 +134,35 @@ Records of one partition come in offset order; partitions are interleaved.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&from, "from", "earliest", "where to start: earliest, latest, an offset, or an RFC 3339 time")
+	fs.StringVar(&from, "from", "earliest", "where to start: earliest, latest, an offset, an RFC 3339 time or a YYYY-MM-DD date")
 	fs.Int32SliceVarP(&partitions, "partition", "p", nil, "read only these partitions (repeatable or comma-separated; default all)")
 	fs.Int64VarP(&max, "max-messages", "n", 0, "exit after this many records (0: no limit)")
 	fs.BoolVarP(&toEnd, "end", "e", false, "exit once every partition is read up to the high watermark it had at start")
 	addOutputFlag(cmd, &output, formatRaw, formatJSON, formatTable)
 	addBrokersFlag(fs, a)
 	return cmd
+}
+
+// clampOffset returns offset moved into the partition's [log start offset, high watermark] range, and
+// says so on w when it had to move it.
+func clampOffset(ctx context.Context, adm *client.Admin, topic string, p int32, offset int64, w io.Writer) (int64, error) {
+	start, _, err := adm.ListOffsets(ctx, topic, p, client.OffsetEarliest())
+	if err != nil {
+		return 0, fmt.Errorf("earliest offset of %s/%d: %w", topic, p, err)
+	}
+	end, _, err := adm.ListOffsets(ctx, topic, p, client.OffsetLatest())
+	if err != nil {
+		return 0, fmt.Errorf("latest offset of %s/%d: %w", topic, p, err)
+	}
+	clamped := min(max(offset, start), end)
+	switch {
+	case clamped == offset:
+	case start == end:
+		fmt.Fprintf(w, "runnel: partition %d holds no records yet; starting it at its next offset, %d\n", p, end)
+	default:
+		fmt.Fprintf(w, "runnel: partition %d holds offsets %d to %d; starting it at %d\n", p, start, end-1, clamped)
+	}
+	return clamped, nil
 }
 
 // latestOffsets returns the high watermark of each partition.

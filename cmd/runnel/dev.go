@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 
 	"github.com/runnel-io/runnel/platform"
@@ -53,7 +54,8 @@ the machine (not just the process) crashes.`,
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "runnel dev: listening grpc=%s http=%s data=%s fsync=%t\n", node.GRPCAddr(), node.HTTPAddr(), cfg.DataDir, cfg.Fsync)
-			hint := "runnel topic create hello"
+			// Name the binary as it was started (./bin/runnel under make run), since it is rarely on PATH.
+			hint := os.Args[0] + " topic create hello"
 			if node.GRPCAddr() != defaultBrokers {
 				hint = "RUNNEL_BROKERS=" + node.GRPCAddr() + " " + hint
 			}

@@ -50,7 +50,7 @@ func parseFrom(s string) (fromSpec, error) {
 	if t, err := time.Parse(time.DateOnly, s); err == nil {
 		return fromSpec{kind: fromTime, time: t}, nil
 	}
-	return fromSpec{}, fmt.Errorf("--from %q: want earliest, latest, an offset, or an RFC 3339 time such as 2001-01-31T14:00:00Z", s)
+	return fromSpec{}, fmt.Errorf("--from %q: want earliest, latest, an offset, an RFC 3339 time such as 2001-01-31T14:00:00Z, or a date such as 2001-01-31", s)
 }
 
 // clientOffset turns the spec into the SDK's start position.
