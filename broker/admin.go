@@ -75,6 +75,9 @@ func (b *Broker) DeleteTopics(_ context.Context, req *runnelv1.DeleteTopicsReque
 func (b *Broker) deleteTopic(name string) (*meta.Topic, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if t, ok := b.meta.Get(name); ok && t.Internal {
+		return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "topic %q is internal and cannot be deleted", name)
+	}
 	t, err := b.meta.Delete(name)
 	if err != nil {
 		return nil, err

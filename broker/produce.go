@@ -110,6 +110,9 @@ func (b *Broker) startProduce(req *runnelv1.ProduceRequest, onDone func(*runnelv
 // appendPartition validates one partition's batches and enqueues them; done is called exactly once.
 func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Acks, now int64, done func(plog.AppendResult, int64, error)) {
 	t, p, err := b.partition(pp.Topic, pp.Partition)
+	if err == nil {
+		err = checkWritable(t)
+	}
 	if err != nil {
 		done(plog.AppendResult{}, -1, err)
 		return

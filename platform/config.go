@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/runnel-io/runnel/broker/group"
 	"github.com/runnel-io/runnel/broker/plog"
 )
 
@@ -40,6 +41,9 @@ type Config struct {
 	ValueLogGCInterval time.Duration
 	// ShutdownTimeout bounds the graceful stop of the gRPC server before open calls are cut (default 10s).
 	ShutdownTimeout time.Duration
+	// Groups configures the consumer group coordinator (heartbeat interval, session timeout bounds, group
+	// size, offsets retention, ...); zero fields take group.DefaultConfig's values.
+	Groups group.Config
 }
 
 // DefaultConfig returns the configuration of `runnel dev`.
@@ -56,6 +60,7 @@ func DefaultConfig() Config {
 		IndexCacheBytes:        32 << 20,
 		ValueLogGCInterval:     time.Minute,
 		ShutdownTimeout:        10 * time.Second,
+		Groups:                 group.DefaultConfig(),
 	}
 }
 
@@ -80,6 +85,9 @@ func (c Config) Validate() error {
 	}
 	if c.MemTableBytes < 1<<20 || c.BlockCacheBytes < 0 || c.IndexCacheBytes < 0 {
 		return fmt.Errorf("memtable must be at least 1 MiB and caches 0 or more")
+	}
+	if err := c.Groups.Validate(); err != nil {
+		return err
 	}
 	return nil
 }

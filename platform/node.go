@@ -28,6 +28,7 @@ type Node struct {
 
 	store  *plog.Store
 	broker *broker.Broker
+	groups *broker.GroupCoordinator
 	grpc   *grpc.Server
 	health *health.Server
 	http   *http.Server
@@ -73,6 +74,9 @@ func (n *Node) Start() (err error) {
 		RetentionCheckInterval: n.cfg.RetentionCheckInterval}, n.store, n.log); err != nil {
 		return err
 	}
+	if n.groups, err = broker.NewGroupCoordinator(n.broker, n.cfg.Groups, n.log); err != nil {
+		return fmt.Errorf("start the group coordinator: %w", err)
+	}
 	n.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(broker.MaxMessageBytes),
 		grpc.MaxSendMsgSize(broker.MaxMessageBytes),
@@ -82,10 +86,12 @@ func (n *Node) Start() (err error) {
 	)
 	runnelv1.RegisterRecordsServer(n.grpc, n.broker)
 	runnelv1.RegisterAdminServer(n.grpc, n.broker)
+	runnelv1.RegisterGroupsServer(n.grpc, n.groups)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
-	for _, svc := range []string{"", runnelv1.Records_ServiceDesc.ServiceName, runnelv1.Admin_ServiceDesc.ServiceName} {
+	for _, svc := range []string{"", runnelv1.Records_ServiceDesc.ServiceName, runnelv1.Admin_ServiceDesc.ServiceName,
+		runnelv1.Groups_ServiceDesc.ServiceName} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 	n.wg.Add(1)
@@ -179,6 +185,9 @@ func (n *Node) Close() error {
 			n.grpcLn.Close()
 		}
 		n.wg.Wait()
+		if n.groups != nil {
+			n.groups.Close()
+		}
 		if n.broker != nil {
 			n.broker.Close()
 		}

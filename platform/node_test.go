@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,7 +32,7 @@ type testNode struct {
 	admin   runnelv1.AdminClient
 }
 
-func startNode(t *testing.T, dir string, mutate ...func(*platform.Config)) *testNode {
+func startNode(t testing.TB, dir string, mutate ...func(*platform.Config)) *testNode {
 	t.Helper()
 	n := platformtest.StartNode(t, dir, mutate...)
 	conn, err := grpc.NewClient(n.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -190,6 +191,8 @@ func TestProduceFetchListOffsets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Metadata lists internal topics too (__consumer_offsets, flagged internal), as Kafka's does.
+	md.Topics = slices.DeleteFunc(md.Topics, func(t *runnelv1.TopicMetadata) bool { return t.Internal })
 	if len(md.Brokers) != 1 || md.Brokers[0].GrpcAddr != tn.node.GRPCAddr() || len(md.Topics) != 1 || len(md.Topics[0].Partitions) != 2 {
 		t.Fatalf("metadata: %v", md)
 	}
