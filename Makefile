@@ -5,10 +5,10 @@ BIN := bin/runnel
 DATA ?= ../shared/data
 export PATH := $(HOME)/go/bin:$(PATH)
 
-.PHONY: help build run test test-short bench demo proto lint fuzz clean deps
+.PHONY: help build run test test-short bench bench-compare bench-profile demo proto lint fuzz clean deps
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 deps: ## download the Go modules
 	$(GO) mod download
@@ -31,6 +31,13 @@ fuzz: ## fuzz every decoder of untrusted bytes (every FuzzXxx target) for FUZZTI
 
 bench: build ## produce and consume benchmarks against a fresh local node (see docs/performance.md)
 	./scripts/bench.sh
+
+FULL ?=
+bench-compare: build ## Runnel vs NATS JetStream and Redis Streams in one run (FULL=1: whole matrix); writes bench/out/report.md
+	FULL=$(FULL) ./scripts/bench-compare.sh
+
+bench-profile: build ## CPU and allocation profiles of a node under produce and consume load, into bench/out/
+	./scripts/bench-profile.sh
 
 demo: build ## stream the 3 million real flight records through a fresh node and check per-key order
 	./scripts/demo.sh $(DATA)/flights-3m.ndjson.zst

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/runnel-io/runnel/bench/report"
+)
+
+// These tests never start a server: running the systems is the benchmark's job (make bench-compare).
+
+func TestMatrix(t *testing.T) {
+	p, c, l := matrix(false, 0.5)
+	if len(p) != 4 || len(c) != 1 || len(l) != 1 {
+		t.Fatalf("reduced matrix: %d produce, %d consume, %d latency workloads", len(p), len(c), len(l))
+	}
+	if w := p[0]; w.Size != 100 || w.Producers != 1 || w.Partitions != 12 || w.Keys {
+		t.Fatalf("the base workload should be 100B, 1 producer, 12 partitions, no keys: %+v", w)
+	}
+	p, c, l = matrix(true, 0.5)
+	if len(p) != 24 || len(c) != 2 || len(l) != 3 {
+		t.Fatalf("full matrix: %d produce, %d consume, %d latency workloads", len(p), len(c), len(l))
+	}
+	seen := map[string]bool{}
+	for _, w := range p {
+		if seen[w.ID()] {
+			t.Fatalf("duplicate workload %s", w.ID())
+		}
+		seen[w.ID()] = true
+	}
+	for _, want := range []string{"produce 1KiB 16prod 48part keys", "produce 100B 1prod 1part no keys"} {
+		if !seen[want] {
+			t.Errorf("full matrix lacks %s", want)
+		}
+	}
+	for _, w := range l {
+		if w.Kind != report.KindLatency || w.LoadFraction != 0.5 {
+			t.Errorf("latency workload %+v", w)
+		}
+	}
+}
+
+func TestSticky(t *testing.T) {
+	s := newSticky(3, 0)
+	counts := map[int32]int{}
+	prev, switches := int32(-1), 0
+	for i := 0; i < 3*stickyRecords; i++ {
+		p := s.next(-1)
+		if p != prev {
+			switches++
+			prev = p
+		}
+		counts[p]++
+	}
+	if switches != 3 || len(counts) != 3 || counts[0] != stickyRecords {
+		t.Fatalf("switches %d counts %v: want runs of %d on each partition", switches, counts, stickyRecords)
+	}
+	if s.next(2) != 2 {
+		t.Fatal("an explicit partition must be kept")
+	}
+}
+
+func TestLoadFlightKeys(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f.ndjson.zst")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw, _ := zstd.NewWriter(f)
+	lines := []string{
+		`{"date":"2001-01-01T00:01:00","delay":33,"distance":2176,"origin":"LAS","destination":"PHL"}`,
+		`{"date":"2001-01-01T00:02:00","delay":1,"distance":100,"origin":"ORD","destination":"LAS"}`,
+		`not json at all`,
+		`{"date":"2001-01-01T00:03:00","delay":1,"distance":100,"origin":"LAS","destination":"ORD"}`,
+	}
+	zw.Write([]byte(strings.Join(lines, "\n") + "\n"))
+	zw.Close()
+	f.Close()
+	k, err := loadFlightKeys(path, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(k.names) != 2 || len(k.seq) != 3 {
+		t.Fatalf("%d distinct keys, %d records; want 2 and 3", len(k.names), len(k.seq))
+	}
+	got := []string{string(k.at(0)), string(k.at(1)), string(k.at(2)), string(k.at(3))}
+	if strings.Join(got, ",") != "LAS,ORD,LAS,LAS" {
+		t.Fatalf("keys %v", got)
+	}
+	if k, err := loadFlightKeys(path, 1); err != nil || len(k.seq) != 1 {
+		t.Fatalf("max 1: %v, %v", k, err)
+	}
+}
+
+func TestSourceStampsValues(t *testing.T) {
+	src := newSource(&flightKeys{names: [][]byte{[]byte("ORD")}, seq: []uint16{0}})
+	w := report.Workload{Kind: report.KindLatency, Size: 100, Partitions: 12, Keys: true}
+	key, part, v := src.record(w, newRand(), 0, 0, timeUnix(42))
+	if string(key) != "ORD" || part < 0 || part >= 12 || len(v) != 100 {
+		t.Fatalf("key %q part %d len %d", key, part, len(v))
+	}
+	if got := int64(v[7]) | int64(v[6])<<8; got != 42 {
+		t.Fatalf("value does not start with the intended time: % x", v[:8])
+	}
+	w.Keys = false
+	key, part, v2 := src.record(w, newRand(), 1, 0, timeUnix(0).AddDate(0, 0, 0))
+	if key != nil || part != -1 || len(v2) != 100 {
+		t.Fatalf("keyless record: key %q part %d", key, part)
+	}
+}
+
+func newRand() *rand.Rand { return rand.New(rand.NewPCG(1, 1)) }
+
+func timeUnix(ns int64) time.Time { return time.Unix(0, ns) }

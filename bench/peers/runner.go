@@ -1,0 +1,365 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runnel-io/runnel/bench/latency"
+	"github.com/runnel-io/runnel/bench/report"
+	"github.com/runnel-io/runnel/client"
+)
+
+// timing is how long the phases of a run last.
+type timing struct {
+	warmup  time.Duration // produce/latency runs: sent but not counted
+	measure time.Duration // produce runs: the measurement window
+	latency time.Duration // latency runs: the measurement window
+	backlog int64         // consume runs: records in the backlog
+	flush   time.Duration // the most a producer may take to finish after the window
+}
+
+// tally counts acknowledged records and bytes, errors, and latency, from AckFuncs on any goroutine.
+type tally struct {
+	acked, bytes, errs atomic.Int64
+	firstErr           atomic.Pointer[error]
+	rec                latency.Recorder
+}
+
+func (t *tally) ack(intended time.Time, n int, err error) {
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return // records refused after the window closed
+		}
+		if t.errs.Add(1) == 1 {
+			t.firstErr.Store(&err)
+		}
+		return
+	}
+	t.acked.Add(1)
+	t.bytes.Add(int64(n))
+	t.rec.Record(intended, time.Now())
+}
+
+func (t *tally) errString() string {
+	if e := t.firstErr.Load(); e != nil {
+		return (*e).Error()
+	}
+	return ""
+}
+
+// source makes record keys and values: values are slices of a random buffer of lowercase letters
+// (compressible about as well as text, as runnel bench's), keys come from the flight data.
+type source struct {
+	payload []byte
+	keys    *flightKeys
+}
+
+func newSource(keys *flightKeys) *source {
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := make([]byte, 8<<20)
+	for i := range p {
+		p[i] = 'a' + byte(rng.IntN(26))
+	}
+	return &source{payload: p, keys: keys}
+}
+
+// record returns the key (nil without keys), the partition the key maps to (Kafka's murmur2, as
+// Runnel's default partitioner; -1 without keys) and a value of size bytes, for record i of producer
+// w. With stamp, the value is a fresh copy whose first 8 bytes hold the intended send time, for the
+// end-to-end latency measured by the consumer.
+func (s *source) record(w report.Workload, rng *rand.Rand, i, offset int, stamp time.Time) ([]byte, int32, []byte) {
+	var key []byte
+	part := int32(-1)
+	if w.Keys {
+		key = s.keys.at(offset + i)
+		part = client.KeyPartition(key, int32(w.Partitions))
+	}
+	off := rng.IntN(len(s.payload) - w.Size)
+	v := s.payload[off : off+w.Size : off+w.Size]
+	if !stamp.IsZero() && w.Size >= 8 {
+		c := make([]byte, w.Size)
+		copy(c, v)
+		binary.BigEndian.PutUint64(c, uint64(stamp.UnixNano()))
+		v = c
+	}
+	return key, part, v
+}
+
+func newProducers(ctx context.Context, d Driver, topic string, w report.Workload, ack AckFunc) ([]Producer, error) {
+	ps := make([]Producer, 0, w.Producers)
+	for i := 0; i < w.Producers; i++ {
+		p, err := d.NewProducer(ctx, topic, w.Partitions, ack)
+		if err != nil {
+			for _, q := range ps {
+				q.Close()
+			}
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	return ps, nil
+}
+
+// finish flushes and closes the producers, waiting at most t.flush.
+func finish(ps []Producer, t timing) error {
+	ctx, cancel := context.WithTimeout(context.Background(), t.flush)
+	defer cancel()
+	var errs []error
+	for _, p := range ps {
+		if err := p.Flush(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, p := range ps {
+		p.Close()
+	}
+	return errors.Join(errs...)
+}
+
+// runProduce produces as fast as the system takes records, from w.Producers producers, and measures
+// acknowledged records in the window after the warm-up.
+func runProduce(ctx context.Context, d Driver, sys string, w report.Workload, topic string, src *source, t timing) report.Run {
+	run := report.Run{Workload: w, System: sys, LatencyWhat: "send to ack, from the actual send (saturated: mostly time queued in the client)"}
+	if err := d.CreateTopic(ctx, topic, w.Partitions); err != nil {
+		run.Error = "create: " + err.Error()
+		return run
+	}
+	tl := &tally{}
+	ps, err := newProducers(ctx, d, topic, w, tl.ack)
+	if err != nil {
+		run.Error = "producer: " + err.Error()
+		return run
+	}
+	start := time.Now()
+	tl.rec.From, tl.rec.To = start.Add(t.warmup), start.Add(t.warmup+t.measure)
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for k, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(k), 7))
+			offset := k * 7919
+			for i := 0; sctx.Err() == nil; i++ {
+				key, part, v := src.record(w, rng, i, offset, time.Time{})
+				p.Send(sctx, part, key, v, time.Now())
+			}
+		}()
+	}
+	r0, b0, t0 := snapshotAt(ctx, tl, tl.rec.From)
+	r1, b1, t1 := snapshotAt(ctx, tl, tl.rec.To)
+	stop()
+	wg.Wait()
+	ferr := finish(ps, t)
+	fill(&run, r1-r0, b1-b0, t1.Sub(t0))
+	s := tl.rec.H.Summary()
+	run.Latency = &s
+	run.Errors, run.Error = tl.errs.Load(), tl.errString()
+	if ferr != nil && run.Error == "" {
+		run.Error = "flush: " + ferr.Error()
+	}
+	if ctx.Err() != nil {
+		run.Error = "interrupted"
+	}
+	return run
+}
+
+// snapshotAt waits until at and returns the counters then.
+func snapshotAt(ctx context.Context, tl *tally, at time.Time) (int64, int64, time.Time) {
+	latency.RealClock{}.Sleep(ctx, time.Until(at))
+	return tl.acked.Load(), tl.bytes.Load(), time.Now()
+}
+
+func fill(run *report.Run, records, bytes int64, el time.Duration) {
+	run.Records, run.Bytes, run.Seconds = records, bytes, el.Seconds()
+	if el > 0 {
+		run.RecordsPerSec = float64(records) / el.Seconds()
+		run.MBPerSec = float64(bytes) / el.Seconds() / 1e6
+	}
+}
+
+// runConsume fills topic with t.backlog records (as fast as the system takes them, not measured),
+// then reads them all from the start with one consumer and measures that.
+func runConsume(ctx context.Context, d Driver, sys string, w report.Workload, topic string, src *source, t timing) report.Run {
+	run := report.Run{Workload: w, System: sys}
+	if err := d.CreateTopic(ctx, topic, w.Partitions); err != nil {
+		run.Error = "create: " + err.Error()
+		return run
+	}
+	tl := &tally{}
+	ps, err := newProducers(ctx, d, topic, w, tl.ack)
+	if err != nil {
+		run.Error = "producer: " + err.Error()
+		return run
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for k, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(k), 11))
+			for ctx.Err() == nil {
+				i := next.Add(1) - 1
+				if i >= t.backlog {
+					return
+				}
+				key, part, v := src.record(w, rng, int(i), 0, time.Time{})
+				p.Send(ctx, part, key, v, time.Now())
+			}
+		}()
+	}
+	wg.Wait()
+	if err := finish(ps, timing{flush: 5 * time.Minute}); err != nil {
+		run.Error = "fill: " + err.Error()
+		return run
+	}
+	want := tl.acked.Load()
+	if want == 0 {
+		run.Error = "fill: nothing acknowledged: " + tl.errString()
+		return run
+	}
+	c, err := d.NewConsumer(ctx, topic, w.Partitions)
+	if err != nil {
+		run.Error = "consumer: " + err.Error()
+		return run
+	}
+	defer c.Close()
+	var n, bytes atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	var end time.Time
+	errc := make(chan error, 1)
+	go func() {
+		errc <- c.Run(cctx, func(key, value []byte) {
+			bytes.Add(int64(len(key) + len(value)))
+			if n.Add(1) == want {
+				end = time.Now()
+				once.Do(func() { close(done) })
+			}
+		})
+	}()
+	select {
+	case <-done:
+		cancel()
+		<-errc
+	case err := <-errc:
+		if err == nil {
+			err = fmt.Errorf("stopped after %d of %d records", n.Load(), want)
+		}
+		run.Error = "consume: " + err.Error()
+		return run
+	}
+	fill(&run, want, bytes.Load(), end.Sub(start))
+	return run
+}
+
+// runLatency paces w.Producers producers at rate records/s in total, each on its own schedule
+// (their starts staggered so records interleave evenly); for an e2e workload one consumer reads
+// along. Produce latency is ack time minus intended send time, end-to-end latency consumer receipt
+// minus intended send time: both corrected for coordinated omission.
+func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, topic string, src *source, rate float64, t timing) report.Run {
+	run := report.Run{Workload: w, System: sys, TargetRate: rate,
+		LatencyWhat: "ack time minus intended send time (schedule-based, coordinated omission corrected)"}
+	if rate <= 0 {
+		run.Error = "no maximum throughput measured to pace at"
+		return run
+	}
+	if err := d.CreateTopic(ctx, topic, w.Partitions); err != nil {
+		run.Error = "create: " + err.Error()
+		return run
+	}
+	tl := &tally{}
+	e2e := &latency.Recorder{}
+	var consumed atomic.Int64
+	withConsumer := w.Kind == report.KindEndToEnd
+	cctx, cancelConsumer := context.WithCancel(ctx)
+	defer cancelConsumer()
+	cerr := make(chan error, 1)
+	if withConsumer {
+		c, err := d.NewConsumer(ctx, topic, w.Partitions)
+		if err != nil {
+			run.Error = "consumer: " + err.Error()
+			return run
+		}
+		defer c.Close()
+		go func() {
+			cerr <- c.Run(cctx, func(_, value []byte) {
+				now := time.Now()
+				consumed.Add(1)
+				if len(value) >= 8 {
+					e2e.Record(time.Unix(0, int64(binary.BigEndian.Uint64(value))), now)
+				}
+			})
+		}()
+	} else {
+		cerr <- nil
+	}
+	ps, err := newProducers(ctx, d, topic, w, tl.ack)
+	if err != nil {
+		run.Error = "producer: " + err.Error()
+		return run
+	}
+	start := time.Now().Add(50 * time.Millisecond)
+	tl.rec.From, tl.rec.To = start.Add(t.warmup), start.Add(t.warmup+t.latency)
+	e2e.From, e2e.To = tl.rec.From, tl.rec.To
+	sctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	per := rate / float64(len(ps))
+	for k, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(k), 13))
+			pacer := &latency.Pacer{Clock: latency.RealClock{},
+				S: latency.Schedule{Start: start.Add(time.Duration(float64(k) / rate * 1e9)), Rate: per}}
+			offset := k * 7919
+			for {
+				i, intended, ok := pacer.Next(sctx)
+				if !ok || !intended.Before(tl.rec.To) {
+					return
+				}
+				key, part, v := src.record(w, rng, int(i), offset, intended)
+				p.Send(sctx, part, key, v, intended)
+			}
+		}()
+	}
+	r0, b0, t0 := snapshotAt(ctx, tl, tl.rec.From)
+	r1, b1, t1 := snapshotAt(ctx, tl, tl.rec.To)
+	wg.Wait() // the producers stop at the end of the schedule's window on their own
+	stop()
+	ferr := finish(ps, t)
+	// Let the consumer catch up with everything acknowledged, for the end-to-end figures.
+	deadline := time.Now().Add(30 * time.Second)
+	for withConsumer && consumed.Load() < tl.acked.Load() && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancelConsumer()
+	if err := <-cerr; err != nil && run.Error == "" {
+		run.Error = "consumer: " + err.Error()
+	}
+	fill(&run, r1-r0, b1-b0, t1.Sub(t0))
+	s := tl.rec.H.Summary()
+	run.Latency = &s
+	if withConsumer {
+		es := e2e.H.Summary()
+		run.EndToEnd = &es
+	}
+	run.Errors = tl.errs.Load()
+	if e := tl.errString(); e != "" && run.Error == "" {
+		run.Error = e
+	}
+	if ferr != nil && run.Error == "" {
+		run.Error = "flush: " + ferr.Error()
+	}
+	return run
+}

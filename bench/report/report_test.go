@@ -1,0 +1,230 @@
+package report
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runnel-io/runnel/bench/latency"
+)
+
+// synthetic returns results shaped like a reduced run, with round numbers so ratios are known.
+func synthetic() *Results {
+	start := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	r := &Results{
+		Started: start, Finished: start.Add(9 * time.Minute), Matrix: "reduced", Command: "go run ./bench/peers",
+		Machine: Machine{CPUs: 2, CPUModel: "Test CPU", MemoryGB: 24, Kernel: "Linux 6.1", Disk: "/dev/vda (ext4)", GoVer: "go1.26.8", LoadAvg: "0.1 0.2 0.3"},
+		Systems: []System{
+			{Name: "jetstream", Family: "jetstream", Version: "nats-server v2.9.10", Client: "nats.go v1.55.0", Durability: DurOS, DurabilityNote: "page cache"},
+			{Name: "redis always", Family: "redis", Version: "redis-server 7.0.15", Client: "go-redis v9.23.0", Durability: DurFsync, DurabilityNote: "fsync|always"},
+			{Name: "runnel acks=all", Family: "runnel", Version: "abc123", Client: "client/", Durability: DurFsync, DurabilityNote: "fsynced"},
+			{Name: "runnel acks=all no-fsync", Family: "runnel", Version: "abc123", Client: "client/", Durability: DurOS, DurabilityNote: "os"},
+		},
+		Ceilings: []Ceiling{
+			{Name: "disk write+fdatasync", MBPerSec: 400, Note: "1 MiB writes"},
+			{Name: "grpc bare stream (loopback)", MBPerSec: 1000, Note: "1 MiB requests"},
+		},
+	}
+	prod := Workload{Kind: KindProduce, Size: 100, Producers: 1, Partitions: 12}
+	big := Workload{Kind: KindProduce, Size: 1024, Producers: 1, Partitions: 12}
+	cons := Workload{Kind: KindConsume, Size: 100, Producers: 1, Partitions: 12}
+	lat := Workload{Kind: KindLatency, Size: 100, Producers: 1, Partitions: 12, LoadFraction: 0.5}
+	same := lat
+	same.PacedAs = "jetstream"
+	sum := func(p50, p99 float64) *latency.Summary {
+		return &latency.Summary{Count: 1000, P50Ms: p50, P99Ms: p99, P999Ms: p99 * 1.5, MaxMs: p99 * 2}
+	}
+	add := func(w Workload, sys string, rps float64, l *latency.Summary) {
+		run := Run{Workload: w, System: sys, Records: int64(rps * 6), Bytes: int64(rps * 6 * float64(w.Size)), Seconds: 6,
+			RecordsPerSec: rps, MBPerSec: rps * float64(w.Size) / 1e6, Latency: l}
+		if w.Kind == KindLatency {
+			run.TargetRate = rps
+		}
+		if w.Kind == KindEndToEnd {
+			run.TargetRate, run.EndToEnd = rps, sum(l.P50Ms*2, l.P99Ms*2)
+		}
+		r.Runs = append(r.Runs, run)
+	}
+	add(prod, "jetstream", 100_000, sum(20, 40))
+	add(prod, "redis always", 200_000, sum(10, 30))
+	add(prod, "runnel acks=all", 1_200_000, sum(100, 300)) // 12× JetStream; 120 MB/s = 0.12 of gRPC
+	add(prod, "runnel acks=all no-fsync", 800_000, sum(90, 250))
+	add(big, "jetstream", 50_000, sum(20, 40))
+	add(big, "runnel acks=all", 400_000, sum(20, 40))
+	add(cons, "jetstream", 500_000, nil)
+	add(cons, "runnel acks=all", 6_000_000, nil) // 12×
+	add(lat, "jetstream", 50_000, sum(1, 20))
+	add(lat, "runnel acks=all", 600_000, sum(8, 40)) // p99 twice JetStream's: missed
+	add(same, "runnel acks=all", 50_000, sum(6, 10)) // at JetStream's rate: better
+	e2e := lat
+	e2e.Kind = KindEndToEnd
+	add(e2e, "jetstream", 50_000, sum(2, 30))
+	add(e2e, "runnel acks=all", 600_000, sum(9, 45))
+	r.Runs = append(r.Runs, Run{Workload: big, System: "redis always", Error: "create: boom", Errors: 3})
+	return r
+}
+
+func TestWorkloadIDs(t *testing.T) {
+	cases := map[string]Workload{
+		"produce 100B 16prod 48part keys":                    {Kind: KindProduce, Size: 100, Producers: 16, Partitions: 48, Keys: true},
+		"produce 1KiB 1prod 1part no keys":                   {Kind: KindProduce, Size: 1024, Producers: 1, Partitions: 1},
+		"consume 100B 12part backlog":                        {Kind: KindConsume, Size: 100, Producers: 1, Partitions: 12},
+		"latency 100B 1prod 12part no keys @50%":             {Kind: KindLatency, Size: 100, Producers: 1, Partitions: 12, LoadFraction: 0.5},
+		"latency 100B 1prod 12part no keys @jetstream's 50%": {Kind: KindLatency, Size: 100, Producers: 1, Partitions: 12, LoadFraction: 0.5, PacedAs: "jetstream"},
+		"e2e 100B 16prod 12part keys @50%":                   {Kind: KindEndToEnd, Size: 100, Producers: 16, Partitions: 12, Keys: true, LoadFraction: 0.5},
+	}
+	for want, w := range cases {
+		if got := w.ID(); got != want {
+			t.Errorf("ID() = %q, want %q", got, want)
+		}
+	}
+}
+
+func TestTargets(t *testing.T) {
+	got := map[string]Target{}
+	for _, tg := range Targets(synthetic()) {
+		got[tg.Name+" / "+tg.Workload] = tg
+	}
+	check := func(name, workload string, ratio float64, met bool) {
+		t.Helper()
+		tg, ok := got[name+" / "+workload]
+		if !ok {
+			t.Fatalf("target %q on %q missing; have %v", name, workload, keys(got))
+		}
+		if d := tg.Ratio - ratio; d > 1e-9 || d < -1e-9 || tg.Met != met {
+			t.Errorf("%s on %s: ratio %.4f met %t, want %.4f %t", name, workload, tg.Ratio, tg.Met, ratio, met)
+		}
+	}
+	base := "produce 100B 1prod 12part no keys"
+	check("produce throughput vs JetStream, matching durability", base, 8, false)
+	check("produce throughput vs JetStream, Runnel fsyncing (stronger durability)", base, 12, true)
+	check("produce bytes/s vs bare gRPC stream ceiling", base, 0.12, false)
+	check("consume throughput vs JetStream", "consume 100B 12part backlog", 12, true)
+	check("produce p99 at 50 % load vs JetStream, each at 50 % of its own maximum (JetStream p99 ÷ Runnel p99)",
+		"latency 100B 1prod 12part no keys @50%", 0.5, false)
+	check("produce p99 at the same load as JetStream's 50 % run (JetStream p99 ÷ Runnel p99)",
+		"latency 100B 1prod 12part no keys @jetstream's 50%", 2, true)
+	for k := range got {
+		if strings.Contains(k, "1KiB") {
+			t.Errorf("targets are for 100-byte records only, got %q", k)
+		}
+	}
+}
+
+func keys(m map[string]Target) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func TestMarkdown(t *testing.T) {
+	var b bytes.Buffer
+	if err := Markdown(&b, synthetic(), []string{"throughput.png"}); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{
+		"| CPUs | 2 × Test CPU |", "| memory | 24.0 GiB |", "Linux 6.1", "/dev/vda (ext4)",
+		"nats-server v2.9.10", "redis-server 7.0.15", "go-redis v9.23.0",
+		"fsync\\|always", // table cells escape pipes
+		"| grpc bare stream (loopback) | 1000.0 |",
+		"### produce 100B 1prod 12part no keys",
+		"| runnel acks=all | fsync | 1,200,000 | 120.0 | 100 | 300 | 450 | 12 % | 30 % | 0 |",
+		"| jetstream | os | 100,000 | 10.0 | 20.0 | 40.0 | 60.0 | 1 % | 2 % | 0 |",
+		"| runnel acks=all no-fsync | 8.00× *matching* | 4.00× |",
+		"| runnel acks=all | 12.0× | 6.00× *matching* |",
+		"| consume 100B 12part backlog |", "6,000,000",
+		"| runnel acks=all | fsync | 600,000 | 600,000 | 8.00 | 40.0 | 60.0 | – | – | – | 0 |",
+		"| runnel acks=all | fsync | 600,000 | 600,000 | 9.00 | 45.0 | 67.5 | 18.0 | 90.0 | 135 | 0 |",
+		"### e2e 100B 1prod 12part no keys @50%",
+		// JetStream's own run is listed beside Runnel's run at JetStream's rate, with the ratio.
+		"| jetstream | os | 50,000 | 50,000 | 1.00 | 20.0 | 30.0 | – | – | – | 0 |\n\nPeer's ack p99 ÷ Runnel's",
+		"| runnel acks=all | 2.00× |",
+		"3: create: boom",
+		"| runnel acks=all: p99 40.00 ms at 600,000 rec/s | jetstream: p99 20.00 ms at 50,000 rec/s | 0.50× |",
+		"![throughput](throughput.png)",
+		"| produce throughput vs JetStream, Runnel fsyncing (stronger durability) | produce 100B 1prod 12part no keys |",
+		"| 12.0× | ≥ 10× | **yes** |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	// Runnel's rows come before the peers' in every table.
+	i, j := strings.Index(md, "| runnel acks=all | fsync | 1,200,000"), strings.Index(md, "| jetstream | os | 100,000")
+	if i < 0 || j < 0 || i > j {
+		t.Errorf("Runnel's row should precede JetStream's (%d, %d)", i, j)
+	}
+}
+
+func TestWriteProducesReadableCharts(t *testing.T) {
+	dir := t.TempDir()
+	r := synthetic()
+	if err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"throughput.png", "ratios.png", "latency.png"} {
+		if !bytes.Contains(md, []byte("("+name+")")) {
+			t.Errorf("report.md does not embed %s", name)
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 300 {
+			t.Errorf("%s is %dx%d, too small to read", name, b.Dx(), b.Dy())
+		}
+	}
+	// Saved results render the same report again.
+	if err := r.Save(filepath.Join(dir, "results.json")); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b bytes.Buffer
+	Markdown(&a, r, nil)
+	Markdown(&b, back, nil)
+	if a.String() != b.String() {
+		t.Error("report from results.json differs from the original")
+	}
+}
+
+func TestEmptyResults(t *testing.T) {
+	dir := t.TempDir()
+	r := &Results{Matrix: "reduced"}
+	if err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	md, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	if !bytes.Contains(md, []byte("Not enough runs to evaluate the targets")) {
+		t.Error("empty results should say the targets could not be evaluated")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "throughput.png")); !os.IsNotExist(err) {
+		t.Error("no chart should be drawn without runs")
+	}
+}
+
+func TestNum(t *testing.T) {
+	for v, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567", -4500: "-4,500"} {
+		if got := num(v); got != want {
+			t.Errorf("num(%v) = %q, want %q", v, got, want)
+		}
+	}
+}

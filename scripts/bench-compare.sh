@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runnel side by side with NATS JetStream and Redis Streams on this machine, in one run (issue 9):
+# builds bin/runnel, installs nats-server and redis-server with apt-get when they are missing, then runs
+# bench/peers, which starts each server in turn on 127.0.0.1 (data under $OUT), drives it with its own
+# Go client, measures the machine's ceilings, and writes $OUT/report.md, $OUT/results.json and PNG
+# charts. See docs/benchmarks.md.
+#
+# Knobs (environment): FULL=1 runs the whole matrix (hours) instead of the reduced one (about 10
+# minutes); OUT (default bench/out); DATA (default ../shared/data, for flights-3m.ndjson.zst);
+# PEERS_FLAGS extra flags for bench/peers (e.g. "-systems runnel,jetstream" or "-workloads 100B").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT=${OUT:-bench/out}
+DATA=${DATA:-../shared/data}
+GO=${GO:-go}
+
+need=()
+command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+if ((${#need[@]} > 0)); then
+	echo "installing ${need[*]} with apt-get"
+	sudo=()
+	if [[ $(id -u) != 0 ]]; then
+		sudo=(sudo)
+	fi
+	"${sudo[@]}" apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The packages may start a system-wide service; the benchmark never uses it (it starts its own
+# servers on free ports), but it says so, since a busy service would skew the figures.
+for svc in nats-server redis-server; do
+	if pids=$(pgrep -x "$svc" 2>/dev/null); then
+		echo "note: $svc already running (pid $(echo "$pids" | tr '\n' ' ')): not ours, left alone" >&2
+	fi
+done
+
+if [[ ! -f $DATA/flights-3m.ndjson.zst ]]; then
+	echo "$DATA/flights-3m.ndjson.zst is missing: set DATA to the folder holding the shared data sets" >&2
+	exit 1
+fi
+
+"$GO" build -o bin/runnel ./cmd/runnel
+mkdir -p "$OUT"
+"$GO" build -o "$OUT/peers" ./bench/peers
+version="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+if [[ -n $(git status --porcelain -- api broker client cmd platform 2>/dev/null) ]]; then
+	version+="+local changes"
+fi
+
+flags=(-runnel bin/runnel -runnel-version "runnel $version" -out "$OUT" -data "$DATA/flights-3m.ndjson.zst")
+if [[ ${FULL:-} == 1 ]]; then
+	flags+=(-full)
+fi
+# shellcheck disable=SC2206 # PEERS_FLAGS is a list of flags
+flags+=(${PEERS_FLAGS:-})
+echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048576}' /proc/meminfo), $(uname -sr)"
+"$OUT/peers" "${flags[@]}"
+echo "report: $OUT/report.md (charts: $OUT/*.png, raw figures: $OUT/results.json)"
