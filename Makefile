@@ -5,7 +5,7 @@ BIN := bin/runnel
 DATA ?= ../shared/data
 export PATH := $(HOME)/go/bin:$(PATH)
 
-.PHONY: help build run test test-short bench bench-compare bench-profile demo proto lint fuzz clean deps
+.PHONY: help build run test test-long test-short bench bench-compare bench-profile demo proto lint fuzz clean deps
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,6 +24,9 @@ test: ## unit, bad-input and recovery tests with the race detector, plus a short
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
 	$(MAKE) fuzz FUZZTIME=5s
+
+test-long: ## the 3-million-record consumer-group no-skips run with member crashes (RUNNEL_LONG=1)
+	RUNNEL_LONG=1 $(GO) test -race -count=1 -timeout 20m -run 'TestGroupNoSkipsFull' ./client/
 
 FUZZTIME ?= 60s
 fuzz: ## fuzz every decoder of untrusted bytes (every FuzzXxx target) for FUZZTIME each

@@ -12,8 +12,9 @@ import (
 	"github.com/runnel-io/runnel/client/batch"
 )
 
-// Consumer reads explicitly assigned partitions (consumer groups come later). Safe for concurrent use,
-// though one goroutine calling Poll is the normal shape.
+// Consumer reads explicitly assigned partitions (for partitions shared out by a consumer group, see
+// GroupConsumer, which is built on it). Safe for concurrent use, though one goroutine calling Poll is
+// the normal shape.
 //
 // A fetch goroutine per broker long-polls Fetch for the assigned partitions that broker leads and
 // decodes the answers, while the application handles what Poll returned before: each partition has at
@@ -54,6 +55,7 @@ type cpart struct {
 	hw          int64
 	leader      int32
 	err         error // returned by Poll until Seek
+	paused      bool  // not fetched, and its buffered answers are held back from Poll until Resume
 	inflight    bool
 	buffered    int // decoded answers waiting for Poll
 	retryAt     time.Time
@@ -242,30 +244,56 @@ func (c *Consumer) HighWatermark(topic string, partition int32) int64 {
 // Assign or Unassign of that partition; the other partitions wait meanwhile, as in Kafka. After Close,
 // Poll returns ErrClosed.
 func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
+	recs, _, err := c.poll(ctx, nil)
+	return recs, err
+}
+
+// errWoken is returned by poll when its wake channel fired before any record was ready.
+var errWoken = errors.New("client: poll woken")
+
+// moved is one partition whose position a poll advanced: next is the new position, leaderEpoch that of
+// the last record returned for it (-1 when the move returned none, past control records say).
+type moved struct {
+	tp
+	next        int64
+	leaderEpoch int32
+}
+
+// poll is Poll, which GroupConsumer shares: it also returns the partitions whose position moved (the
+// offsets a group member commits once the records are processed), and returns errWoken, without
+// records, when wake fires first (the group's rebalance events wake it).
+func (c *Consumer) poll(ctx context.Context, wake <-chan struct{}) ([]*Record, []moved, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
 			c.mu.Unlock()
-			return nil, ErrClosed
+			return nil, nil, ErrClosed
 		}
 		if c.nerr > 0 {
 			for _, p := range c.parts {
 				if p.err != nil {
 					err := &PartitionError{Topic: p.topic, Partition: p.partition, Err: p.err}
 					c.mu.Unlock()
-					return nil, err
+					return nil, nil, err
 				}
 			}
 		}
 		var out []*Record
+		var mv []moved
 		if len(c.ready) > 0 {
 			woken := map[int32]bool{}
+			kept := c.ready[:0] // answers of paused partitions wait for Resume, in order
 			for _, fp := range c.ready {
 				p := fp.p
-				c.bufBytes -= fp.size
 				if c.parts[p.tp] != p || fp.epoch != p.epoch {
+					c.bufBytes -= fp.size
 					continue
 				}
+				if p.paused {
+					kept = append(kept, fp)
+					continue
+				}
+				c.bufBytes -= fp.size
 				p.buffered--
 				recs := fp.recs
 				for len(recs) > 0 && recs[0].Offset < p.position {
@@ -274,27 +302,91 @@ func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
 				out = append(out, recs...)
 				if fp.next > p.position {
 					p.position = fp.next
+					m := moved{tp: p.tp, next: p.position, leaderEpoch: -1}
+					if len(recs) > 0 {
+						m.leaderEpoch = recs[len(recs)-1].LeaderEpoch
+					}
+					mv = append(mv, m)
 				}
 				if f := c.fetchers[p.leader]; f != nil && !woken[p.leader] {
 					woken[p.leader] = true
 					f.wake() // its partition may be fetched again
 				}
 			}
-			clear(c.ready)
-			c.ready = c.ready[:0]
+			clear(c.ready[len(kept):])
+			c.ready = kept
 		}
 		c.mu.Unlock()
 		if len(out) > 0 {
-			return out, nil
+			return out, mv, nil
 		}
 		select {
 		case <-c.readyCh:
+		case <-wake:
+			return nil, mv, errWoken
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, mv, ctx.Err()
 		case <-c.ctx.Done():
-			return nil, ErrClosed
+			return nil, mv, ErrClosed
 		}
 	}
+}
+
+// Pause stops fetching the given partitions and holds back what was already fetched of them: Poll
+// returns none of their records until Resume, while the other partitions go on (Kafka's
+// KafkaConsumer.pause, for back-pressure on one partition). Positions do not change. Partitions not
+// assigned are ignored.
+func (c *Consumer) Pause(partitions ...TopicPartition) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, k := range partitions {
+		if p := c.parts[tp{k.Topic, k.Partition}]; p != nil {
+			p.paused = true
+		}
+	}
+}
+
+// Resume undoes Pause: the partitions are fetched again and Poll returns what was held back. Partitions
+// not assigned or not paused are ignored.
+func (c *Consumer) Resume(partitions ...TopicPartition) {
+	c.mu.Lock()
+	var wake []*fetcher
+	ready := false
+	for _, k := range partitions {
+		p := c.parts[tp{k.Topic, k.Partition}]
+		if p == nil || !p.paused {
+			continue
+		}
+		p.paused = false
+		ready = ready || p.buffered > 0
+		if f := c.fetchers[p.leader]; f != nil {
+			wake = append(wake, f)
+		}
+	}
+	c.mu.Unlock()
+	for _, f := range wake {
+		f.wake()
+	}
+	if ready {
+		select {
+		case c.readyCh <- struct{}{}: // a Poll waiting may return the held-back records now
+		default:
+		}
+	}
+}
+
+// Paused returns the partitions that are paused, sorted.
+func (c *Consumer) Paused() []TopicPartition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []TopicPartition
+	for _, p := range c.parts {
+		if p.paused {
+			out = append(out, TopicPartition{p.topic, p.partition})
+		}
+	}
+	sortTopicPartitions(out)
+	return out
 }
 
 // Close stops the fetch goroutines and closes the connections. Poll then returns ErrClosed.
@@ -393,7 +485,7 @@ func (c *Consumer) collectFetch(node int32, now time.Time) ([]fetchItem, time.Ti
 	var items []fetchItem
 	var next time.Time
 	for _, p := range c.parts {
-		if p.leader != node || p.inflight || p.buffered >= maxBufferedPerPartition || p.err != nil {
+		if p.leader != node || p.inflight || p.buffered >= maxBufferedPerPartition || p.err != nil || p.paused {
 			continue
 		}
 		if c.bufBytes >= int(c.cfg.fetchMaxBytes) && p.buffered > 0 {

@@ -1,6 +1,8 @@
-// Package client is Runnel's Go SDK: a Producer, a Consumer of assigned partitions and an Admin client,
-// talking gRPC to the brokers (api/runnel/v1). Records travel as Kafka RecordBatch v2, built and read
-// by the batch subpackage; errors are the catalogue of api/rerr, compared with errors.Is.
+// Package client is Runnel's Go SDK: a Producer, a Consumer of assigned partitions, a GroupConsumer
+// (a member of a consumer group) and an Admin client, talking gRPC to the brokers (api/runnel/v1).
+// Records travel as Kafka RecordBatch v2, built and read by the batch subpackage; errors are the
+// catalogue of api/rerr, compared with errors.Is (or, for the group codes, errors.As to *rerr.Error
+// and its Code).
 //
 // Quick tour:
 //
@@ -13,9 +15,30 @@
 //	err = c.Assign("orders", 0, client.OffsetEarliest())
 //	recs, err := c.Poll(ctx)
 //
+//	g, err := client.NewGroupConsumer([]string{"127.0.0.1:7070"}, "billing",
+//		client.WithAutoOffsetReset(client.OffsetEarliest()))
+//	err = g.Subscribe("orders")
+//	for {
+//		recs, err := g.Poll(ctx) // the records of the previous Poll now count as processed
+//		... // process recs
+//	}
+//	g.Close() // commits what Poll returned, leaves the group
+//
+// Consumer groups follow Kafka's KIP-848 ("the next generation of the consumer rebalance protocol"):
+// the broker computes the assignment and moves partitions one by one, so members not concerned by a
+// rebalance keep reading through it. The GroupConsumer has the shape of Kafka's KafkaConsumer with
+// subscribe (a separate type rather than an option of NewConsumer, so that Assign and Subscribe
+// cannot be mixed): Subscribe or SubscribeRegex, Poll, CommitSync/CommitAsync/CommitOffsets,
+// Seek, Pause/Resume, and rebalance callbacks (WithOnAssigned, WithOnRevoked, WithOnLost) that run
+// inside Poll. Auto-commit is on by default and commits only processed records: those returned by a
+// Poll before the latest one, so a crash re-delivers and never skips. A partition without a committed
+// offset starts at the latest offset by default (Kafka's auto.offset.reset=latest); set
+// WithAutoOffsetReset(OffsetEarliest()) to read a new group's topics from the start.
+//
 // Options are functional (With...), each documented with its default and the Kafka property it
 // mirrors; the constructors validate them once. Shared options (WithClientID, WithRequestTimeout,
-// WithRetryBackoff, WithMetadataMaxAge, WithLogger, WithDialOptions) fit all three clients.
+// WithRetryBackoff, WithMetadataMaxAge, WithLogger, WithDialOptions) fit every client; consumer
+// options (fetch sizes and waits) fit both consumers.
 //
 // Choices that differ from Kafka's Java client, and why:
 //   - batch.size defaults to 1 MiB (Kafka: 16 KiB): a gRPC request costs more than a Kafka one, and

@@ -15,7 +15,7 @@ import (
 // mirrors. Constructors apply all options, then validate the result once and return an error naming the
 // option at fault; nothing is checked again on the hot path.
 
-// Option configures every kind of client: Producer, Consumer and Admin.
+// Option configures every kind of client: Producer, Consumer, GroupConsumer and Admin.
 type Option interface {
 	ProducerOption
 	ConsumerOption
@@ -25,8 +25,12 @@ type Option interface {
 // ProducerOption configures NewProducer.
 type ProducerOption interface{ applyProducer(*producerConfig) }
 
-// ConsumerOption configures NewConsumer.
-type ConsumerOption interface{ applyConsumer(*consumerConfig) }
+// ConsumerOption configures NewConsumer, and NewGroupConsumer too: a group consumer fetches with the
+// same machinery, so every ConsumerOption is also a GroupOption.
+type ConsumerOption interface {
+	applyConsumer(*consumerConfig)
+	GroupOption
+}
 
 // AdminOption configures NewAdmin.
 type AdminOption interface{ applyAdmin(*adminConfig) }
@@ -78,6 +82,7 @@ type commonOpt func(*commonConfig)
 func (o commonOpt) applyProducer(c *producerConfig) { o(&c.common) }
 func (o commonOpt) applyConsumer(c *consumerConfig) { o(&c.common) }
 func (o commonOpt) applyAdmin(c *adminConfig)       { o(&c.common) }
+func (o commonOpt) applyGroup(c *groupConfig)       { o(&c.consumer.common) }
 
 // WithClientID names the client to brokers (sent as the gRPC user agent), for their logs and metrics.
 // Default "runnel-go". Kafka: client.id.
@@ -329,6 +334,7 @@ func (c *consumerConfig) validate() error {
 type consumerOpt func(*consumerConfig)
 
 func (o consumerOpt) applyConsumer(c *consumerConfig) { o(c) }
+func (o consumerOpt) applyGroup(c *groupConfig)       { o(&c.consumer) }
 
 // WithFetchMaxBytes caps the record bytes of one fetch answer over all its partitions; the first batch
 // is returned even when larger, so a consumer never stalls on a big batch (KIP-74). Within [1, 64 MiB];

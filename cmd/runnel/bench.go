@@ -67,6 +67,11 @@ type benchResult struct {
 	Seconds       float64 `json:"seconds"`
 	RecordsPerSec float64 `json:"records_per_sec"`
 	MBPerSec      float64 `json:"mb_per_sec"`
+	// Group and Members describe a `bench consume --group` run; FirstRecordMs is the time from the
+	// start (before the members joined) to the first record.
+	Group         string  `json:"group,omitempty"`
+	Members       int     `json:"members,omitempty"`
+	FirstRecordMs float64 `json:"first_record_ms,omitempty"`
 	// Latency is what the percentiles measure: "produce-to-ack" per record, or "poll" per Poll call.
 	Latency    string  `json:"latency"`
 	LatP50Ms   float64 `json:"p50_ms"`
@@ -101,6 +106,9 @@ func (r *benchResult) print(w io.Writer, output string) error {
 			pace = "paced to " + comma(int64(r.Rate)) + " records/s"
 		}
 		fmt.Fprintf(tw, "settings\t%d-byte values, keys %s, acks=%s, compression=%s, %d producer(s), %s\n", r.Size, keys, r.Acks, r.Compression, r.Producers, pace)
+	}
+	if r.Members > 0 {
+		fmt.Fprintf(tw, "group\t%s, %d members (each its own client), first record after %.0f ms\n", r.Group, r.Members, r.FirstRecordMs)
 	}
 	fmt.Fprintf(tw, "records\t%s in %.2fs, %s errors\n", comma(r.Records), r.Seconds, comma(r.Errors))
 	fmt.Fprintf(tw, "throughput\t%s records/s, %.1f MB/s\n", comma(int64(r.RecordsPerSec)), r.MBPerSec)
@@ -325,15 +333,38 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 }
 
 func newBenchConsumeCmd(a *app, bf *benchFlags) *cobra.Command {
+	var (
+		group   string
+		members int
+	)
 	cmd := &cobra.Command{
 		Use:   "consume",
 		Short: "Read a topic from the start as fast as the node serves it",
 		Long: `Read --topic from the earliest offset of every partition: all records present at start, or --count
 records (waiting for more if needed), or for --duration. Reports records/s, MB/s and the latency of
-each Poll call (p50, p99, p99.9, max).`,
-		Example: `  runnel bench produce --count 5000000 && runnel bench consume`,
-		Args:    args(0, 0, "no arguments"),
+each Poll call (p50, p99, p99.9, max).
+
+With --members N (and optionally --group), N members of a consumer group, each its own client and
+connection, share the partitions and read from the group's committed offsets (from the start for a
+new group), committing as they go. The time runs from before they join to the last record, so it
+includes the join; the time to the first record is reported too. Without --group a new group named
+bench-<time> is used, so every run reads everything.`,
+		Example: `  runnel bench produce --count 5000000 && runnel bench consume
+  runnel bench consume --topic flights --members 4`,
+		Args: args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if members < 0 {
+				return &usageError{errors.New("--members cannot be negative")}
+			}
+			if group != "" || members > 0 {
+				if members == 0 {
+					members = 1
+				}
+				if group == "" {
+					group = fmt.Sprintf("bench-%d", time.Now().UnixNano())
+				}
+				return benchConsumeGroup(cmd, a, bf, group, members)
+			}
 			out, err := parseOutput(bf.output, formatTable, formatJSON)
 			if err != nil {
 				return &usageError{err}
@@ -430,5 +461,139 @@ each Poll call (p50, p99, p99.9, max).`,
 			return res.print(cmd.OutOrStdout(), out)
 		},
 	}
+	cmd.Flags().StringVarP(&group, "group", "g", "", "consume as this consumer group (default with --members: a new group bench-<time>)")
+	cmd.Flags().IntVar(&members, "members", 0, "group members sharing the partitions, each its own client (0: no group, one consumer assigned every partition)")
 	return cmd
+}
+
+// benchConsumeGroup is `bench consume --group/--members`: members of one group read the topic
+// concurrently until, together, they have read the records the group had not committed at start (or
+// --count, or for --duration).
+func benchConsumeGroup(cmd *cobra.Command, a *app, bf *benchFlags, group string, members int) error {
+	out, err := parseOutput(bf.output, formatTable, formatJSON)
+	if err != nil {
+		return &usageError{err}
+	}
+	brokers, err := a.brokerList()
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	adm, err := a.newAdmin(brokers)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	parts, err := topicPartitionsWith(ctx, adm, bf.topic)
+	if err != nil {
+		return err
+	}
+	target := bf.count
+	if target == 0 {
+		committed := map[int32]int64{}
+		offs, err := adm.FetchOffsets(ctx, group)
+		if err != nil {
+			return err
+		}
+		for _, o := range offs {
+			if o.Topic == bf.topic {
+				committed[o.Partition] = o.Offset
+			}
+		}
+		d, err := adm.DescribeTopic(ctx, bf.topic)
+		if err != nil {
+			return err
+		}
+		for _, p := range d.Partitions {
+			from := p.LogStartOffset
+			if c, ok := committed[p.Partition]; ok && c > from {
+				from = c
+			}
+			target += max(0, p.HighWatermark-from)
+		}
+		if target == 0 {
+			return fmt.Errorf("group %q has nothing left to read in topic %q: run 'runnel bench produce --topic %s' first, or use a new --group", group, bf.topic, bf.topic)
+		}
+	}
+	stopProf, err := startCPUProfile(bf.cpuProfile)
+	if err != nil {
+		return err
+	}
+	defer stopProf()
+	var n, bytes atomic.Int64
+	var prog *progress
+	if !bf.quiet {
+		prog = startProgress(cmd.ErrOrStderr(), fmt.Sprintf("bench consume %s, group %s, %d members", bf.topic, group, members), nil, &n, &bytes)
+	}
+	h := &histogram{}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if bf.duration > 0 {
+		var cancelTimeout context.CancelFunc
+		pctx, cancelTimeout = context.WithTimeout(pctx, bf.duration)
+		defer cancelTimeout()
+	}
+	start := time.Now()
+	var firstAt, lastAt atomic.Int64 // ns after start: the first record, the one that reached the target
+	errs := make([]error, members)
+	var wg sync.WaitGroup
+	for i := range members {
+		gc, err := client.NewGroupConsumer(brokers, group, client.WithAutoOffsetReset(client.OffsetEarliest()),
+			client.WithClientID(fmt.Sprintf("runnel-bench-%d", i)))
+		if err != nil {
+			return fmt.Errorf("group consumer: %w", err)
+		}
+		if err := gc.Subscribe(bf.topic); err != nil {
+			gc.Close()
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				t0 := time.Now()
+				recs, err := gc.Poll(pctx)
+				if err != nil {
+					if pctx.Err() == nil {
+						errs[i] = err
+						cancel()
+					}
+					break
+				}
+				h.Record(time.Since(t0))
+				firstAt.CompareAndSwap(0, int64(time.Since(start)))
+				var b int64
+				for _, r := range recs {
+					b += int64(len(r.Key) + len(r.Value))
+				}
+				bytes.Add(b)
+				if total := n.Add(int64(len(recs))); total >= target && total-int64(len(recs)) < target {
+					lastAt.Store(int64(time.Since(start)))
+					cancel() // together the members have read everything: stop them all
+				}
+			}
+			if err := gc.Close(); err != nil && errs[i] == nil {
+				errs[i] = err
+			}
+		}()
+	}
+	wg.Wait()
+	// The clock stops at the last record, not after the members' Close.
+	elapsed := time.Duration(lastAt.Load())
+	if elapsed == 0 {
+		elapsed = time.Since(start) // stopped by --duration
+	}
+	if prog != nil {
+		prog.Stop()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("consume %s in group %q: %w", bf.topic, group, err)
+	}
+	if ctx.Err() != nil {
+		return &exitError{code: 130, err: errors.New("interrupted")}
+	}
+	res := benchResult{Mode: "consume", Topic: bf.topic, Partitions: len(parts), Latency: "poll", Group: group, Members: members,
+		FirstRecordMs: float64(firstAt.Load()) / 1e6}
+	res.fill(n.Load(), bytes.Load(), elapsed, h)
+	return res.print(cmd.OutOrStdout(), out)
 }

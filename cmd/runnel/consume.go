@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/runnel-io/runnel/client"
 	"github.com/spf13/cobra"
@@ -18,6 +19,8 @@ func newConsumeCmd(a *app) *cobra.Command {
 		max        int64
 		toEnd      bool
 		output     string
+		group      string
+		instanceID string
 	)
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",
@@ -35,10 +38,20 @@ Without --max-messages or --end it follows the topic until Ctrl-C. Output format
          headers. Keys and values are strings when valid UTF-8, else base64 with
          "key_encoding"/"value_encoding": "base64"; a missing key or value is null.
   table  columns PARTITION, OFFSET, TIMESTAMP, KEY, VALUE
-Records of one partition come in offset order; partitions are interleaved.`,
+Records of one partition come in offset order; partitions are interleaved.
+
+With --group GROUP the command joins the consumer group GROUP instead of reading every partition: the
+group's members share the topic's partitions, each partition resumes at the group's committed offset,
+and the offsets of the records printed are committed as it goes (every 5s, when partitions move to
+another member, and on exit), so the next member of the group continues after them. --from then says
+where partitions without a committed offset start (earliest, latest or a time; default earliest), and
+--end exits once the partitions this member owns are read up to the high watermark they had at start.
+--instance-id makes the member static: restarted within its session timeout with the same id, it gets
+its partitions back without a rebalance. See 'runnel group describe GROUP' for the group's progress.`,
 		Example: `  runnel consume flights --max-messages 10 -o json
   runnel consume flights -p 0 -p 3 --from 2001-01-15T00:00:00Z -o table
-  runnel consume flights --end > flights.ndjson`,
+  runnel consume flights --end > flights.ndjson
+  runnel consume flights --group delays -o json      # run it in several terminals to share the work`,
 		Args: args(1, 1, "one TOPIC"),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			topic := argv[0]
@@ -56,6 +69,18 @@ Records of one partition come in offset order; partitions are interleaved.`,
 			brokers, err := a.brokerList()
 			if err != nil {
 				return err
+			}
+			if group != "" {
+				if len(partitions) > 0 {
+					return &usageError{errors.New("--partition cannot be used with --group: the group assigns the partitions")}
+				}
+				if fs.kind == fromOffset {
+					return &usageError{errors.New("--from OFFSET cannot be used with --group: set the group's offsets with 'runnel group reset-offsets'")}
+				}
+				return consumeGroup(cmd, a, brokers, topic, group, instanceID, fs, max, toEnd, format)
+			}
+			if instanceID != "" {
+				return &usageError{errors.New("--instance-id needs --group")}
 			}
 			ctx := cmd.Context()
 			adm, err := a.newAdmin(brokers)
@@ -138,6 +163,8 @@ Records of one partition come in offset order; partitions are interleaved.`,
 	fs.Int32SliceVarP(&partitions, "partition", "p", nil, "read only these partitions (repeatable or comma-separated; default all)")
 	fs.Int64VarP(&max, "max-messages", "n", 0, "exit after this many records (0: no limit)")
 	fs.BoolVarP(&toEnd, "end", "e", false, "exit once every partition is read up to the high watermark it had at start")
+	fs.StringVarP(&group, "group", "g", "", "join this consumer group: share the partitions with its other members, resume at its committed offsets and commit as records are printed")
+	fs.StringVar(&instanceID, "instance-id", "", "with --group: a static member id (group.instance.id), so a restart keeps its partitions")
 	addOutputFlag(cmd, &output, formatRaw, formatJSON, formatTable)
 	addBrokersFlag(fs, a)
 	return cmd
@@ -182,6 +209,120 @@ func latestOffsets(ctx context.Context, adm *client.Admin, topic string, parts [
 func reachedEnds(c *client.Consumer, topic string, ends map[int32]int64) bool {
 	for p, end := range ends {
 		if c.Position(topic, p) < end {
+			return false
+		}
+	}
+	return true
+}
+
+// groupEndPoll is how long a Poll waits in `consume --group --end` before the ends are checked again:
+// a member whose partitions are all read has nothing to wait for.
+const groupEndPoll = 200 * time.Millisecond
+
+// consumeGroup is `consume --group`: a group member printing records. A record counts as processed
+// once it is printed; auto-commit and the commit on exit store the offsets after the printed records,
+// and records fetched but not printed (past --max-messages) are given back with Seek, so the next
+// member of the group starts at the first record not printed.
+func consumeGroup(cmd *cobra.Command, a *app, brokers []string, topic, group, instanceID string, fs fromSpec, max int64, toEnd bool, format string) error {
+	ctx := cmd.Context()
+	adm, err := a.newAdmin(brokers)
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	all, err := topicPartitionsWith(ctx, adm, topic)
+	if err != nil {
+		return err
+	}
+	var ends map[int32]int64
+	if toEnd {
+		if ends, err = latestOffsets(ctx, adm, topic, all); err != nil {
+			return err
+		}
+	}
+	opts := []client.GroupOption{client.WithAutoOffsetReset(fs.clientOffset()), client.WithClientID("runnel-cli")}
+	if instanceID != "" {
+		opts = append(opts, client.WithInstanceID(instanceID))
+	}
+	gc, err := client.NewGroupConsumer(brokers, group, opts...)
+	if err != nil {
+		return fmt.Errorf("group consumer: %w", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			gc.Close()
+		}
+	}()
+	if err := gc.Subscribe(topic); err != nil {
+		return fmt.Errorf("subscribe to %s: %w", topic, err)
+	}
+	rw := newRecordWriter(cmd.OutOrStdout(), format)
+	var n int64
+loop:
+	for {
+		if toEnd && ownedAtEnd(gc, topic, ends) {
+			break
+		}
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if toEnd {
+			pctx, cancel = context.WithTimeout(ctx, groupEndPoll)
+		}
+		recs, err := gc.Poll(pctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				break // Ctrl-C ends a follow; what was printed is committed below
+			}
+			if toEnd && errors.Is(err, context.DeadlineExceeded) {
+				continue
+			}
+			rw.flush()
+			return fmt.Errorf("consume %s in group %q: %w", topic, group, err)
+		}
+		for i, r := range recs {
+			if err := rw.write(r); err != nil {
+				return err
+			}
+			if n++; max > 0 && n >= max {
+				giveBack(gc, recs[i+1:])
+				break loop
+			}
+		}
+		if err := rw.flush(); err != nil {
+			return err
+		}
+	}
+	if err := rw.flush(); err != nil {
+		return err
+	}
+	closed = true
+	if err := gc.Close(); err != nil {
+		return fmt.Errorf("leave group %q: %w", group, err)
+	}
+	return nil
+}
+
+// giveBack seeks each partition of recs back to its first record there, so the commit on Close stores
+// the offsets of the records actually printed.
+func giveBack(gc *client.GroupConsumer, recs []*client.Record) {
+	seen := map[int32]bool{}
+	for _, r := range recs {
+		if !seen[r.Partition] {
+			seen[r.Partition] = true
+			gc.Seek(r.Topic, r.Partition, r.Offset)
+		}
+	}
+}
+
+// ownedAtEnd reports whether the member owns partitions and has read each up to its end.
+func ownedAtEnd(gc *client.GroupConsumer, topic string, ends map[int32]int64) bool {
+	owned := gc.Assignment()
+	if len(owned) == 0 {
+		return false
+	}
+	for _, k := range owned {
+		if k.Topic == topic && gc.Position(k.Topic, k.Partition) < ends[k.Partition] {
 			return false
 		}
 	}
