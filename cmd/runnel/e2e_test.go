@@ -176,7 +176,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	if total != 2000 || len(desc.Partitions) != 4 {
 		t.Fatalf("describe: %d records over %d partitions", total, len(desc.Partitions))
 	}
-	if r = mustCLI(t, "", "topic", "describe", "flights", b); !strings.Contains(r.stdout, "retention.ms") || !strings.Contains(r.stdout, "2,000 records") {
+	if r = mustCLI(t, "", "topic", "describe", "flights", b); !strings.Contains(r.stdout, "retention.ms") || !strings.Contains(r.stdout, "2,000 offsets retained") {
 		t.Fatalf("describe table: %s", r.stdout)
 	}
 

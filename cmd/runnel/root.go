@@ -75,7 +75,7 @@ func newRootCmd(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "runnel",
 		Short: "Runnel: a durable, partitioned log with a command line",
-		Long: `Runnel is a durable, partitioned, replicated log (the job of Kafka, Redpanda or Pulsar).
+		Long: `Runnel is a durable, partitioned log (the job of Kafka, Redpanda or Pulsar).
 This one binary is both the node and the command line.
 
 Start a node with 'runnel dev', then in another terminal:

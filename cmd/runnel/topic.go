@@ -314,7 +314,7 @@ func printTopicView(w io.Writer, v topicView) error {
 		size += p.SizeBytes
 	}
 	tw.Flush()
-	_, err := fmt.Fprintf(w, "\n%s records readable (high watermark minus log start, summed), %s stored\n", comma(records), bytesIEC(size))
+	_, err := fmt.Fprintf(w, "\n%s offsets retained (high watermark minus log start, summed; fewer records where compaction left gaps), %s stored\n", comma(records), bytesIEC(size))
 	return err
 }
 
