@@ -356,7 +356,7 @@ func (a *Admin) ResetOffsets(ctx context.Context, group string, partitions []Top
 			return nil, err
 		}
 		if desc != nil && len(desc.Members) > 0 {
-			return nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d members (state %s); offsets can be reset only while it has none: stop its consumers first",
+			return nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d member(s) (state %s); offsets can be reset only while it has none: stop its consumers first",
 				group, len(desc.Members), desc.State)
 		}
 	}

@@ -10,6 +10,7 @@ package rerr
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"google.golang.org/grpc/codes"
@@ -148,11 +149,13 @@ func FromError(err error) *Error {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		if e.Message == "" || e.Message == err.Error() {
+		if err == error(e) || e.Message == "" {
 			return e
 		}
-		// Keep the wrapping context, which says where it happened.
-		return &Error{Code: e.Code, Message: err.Error(), LeaderID: e.LeaderID, LeaderEpoch: e.LeaderEpoch}
+		// Keep the wrapping context, which says where it happened, and name the code once: the inner
+		// "CODE: message" becomes "message" inside the wrapper's text.
+		msg := strings.Replace(err.Error(), e.Error(), e.Message, 1)
+		return &Error{Code: e.Code, Message: msg, LeaderID: e.LeaderID, LeaderEpoch: e.LeaderEpoch}
 	}
 	return &Error{Code: runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, Message: err.Error(), LeaderID: -1, LeaderEpoch: -1}
 }

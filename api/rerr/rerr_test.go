@@ -21,7 +21,10 @@ func TestStatusRoundTrip(t *testing.T) {
 	if !errors.Is(back, ErrOffsetOutOfRange) || errors.Is(back, ErrCorruptMessage) {
 		t.Fatalf("round trip: %v", back)
 	}
-	if got := back.Error(); got != "OFFSET_OUT_OF_RANGE: read t-0: OFFSET_OUT_OF_RANGE: offset 9 outside [0, 5]" {
+	if got := ToInfo(New(runnelv1.ErrorCode_INVALID_CONFIG, "bad")).Message; got != "bad" {
+		t.Fatalf("an unwrapped error's message gained its code: %q", got)
+	}
+	if got := back.Error(); got != "OFFSET_OUT_OF_RANGE: read t-0: offset 9 outside [0, 5]" {
 		t.Fatalf("message kept context? %q", got)
 	}
 }

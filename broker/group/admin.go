@@ -112,7 +112,7 @@ func (c *Coordinator) DeleteGroup(now time.Time, id string) ([]Record, error) {
 		return nil, rerr.New(runnelv1.ErrorCode_GROUP_ID_NOT_FOUND, "group %q does not exist", id)
 	}
 	if g := c.groups[id]; g != nil && len(g.members) > 0 {
-		return nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d members", id, len(g.members))
+		return nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d member(s)", id, len(g.members))
 	}
 	c.deleteGroup(id)
 	c.assertInvariants()

@@ -51,7 +51,7 @@ func (c *Coordinator) Commit(now time.Time, req *runnelv1.CommitOffsetsRequest, 
 			return nil, nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "a commit without member id is an admin commit and must carry member epoch -1, not %d", req.MemberEpoch)
 		}
 		if g != nil && len(g.members) > 0 {
-			return nil, nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d members; offsets can be set from outside only while it has none", g.id, len(g.members))
+			return nil, nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d member(s); offsets can be set from outside only while it has none", g.id, len(g.members))
 		}
 	} else {
 		if g != nil {

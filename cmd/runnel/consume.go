@@ -49,7 +49,7 @@ where partitions without a committed offset start (earliest, latest or a time; d
 --instance-id makes the member static: restarted within its session timeout with the same id, it gets
 its partitions back without a rebalance. See 'runnel group describe GROUP' for the group's progress.`,
 		Example: `  runnel consume flights --max-messages 10 -o json
-  runnel consume flights -p 0 -p 3 --from 2001-01-15T00:00:00Z -o table
+  runnel consume flights -p 0 -p 3 --from 2026-11-29T09:00:00Z -o table
   runnel consume flights --end > flights.ndjson
   runnel consume flights --group delays -o json      # run it in several terminals to share the work`,
 		Args: args(1, 1, "one TOPIC"),

@@ -211,7 +211,14 @@ func printGroupView(w io.Writer, v *groupView) error {
 		fmt.Fprintf(tw, "ASSIGNOR\t%s\n", v.Assignor)
 	}
 	fmt.Fprintf(tw, "COORDINATOR\t%d\n", v.Coordinator)
-	fmt.Fprintf(tw, "TOTAL LAG\t%s\n", comma(v.TotalLag))
+	totalLag := "- (nothing committed)"
+	for _, p := range v.Partitions {
+		if p.Committed != nil {
+			totalLag = comma(v.TotalLag)
+			break
+		}
+	}
+	fmt.Fprintf(tw, "TOTAL LAG\t%s\n", totalLag)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -324,7 +331,7 @@ Exactly one target:
 more topics. A group that does not exist yet may be given offsets: it starts there when it first joins.`,
 		Example: `  runnel group reset-offsets billing --topic orders --to-earliest
   runnel group reset-offsets billing --topic orders:0,1 --shift-by -1000 --execute
-  runnel group reset-offsets billing --topic orders --to-datetime 2001-01-15T00:00:00Z --execute -o json`,
+  runnel group reset-offsets billing --topic orders --to-datetime 2026-11-29T09:00:00Z --execute -o json`,
 		Args: args(1, 1, "one GROUP"),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			group := argv[0]
@@ -371,7 +378,7 @@ more topics. A group that does not exist yet may be given offsets: it starts the
 				if !execute {
 					// Say now what --execute would meet.
 					if d, err := adm.DescribeGroup(ctx, group); err == nil && len(d.Members) > 0 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "runnel: group %q has %d members (state %s): --execute would be refused until they stop\n",
+						fmt.Fprintf(cmd.ErrOrStderr(), "runnel: group %q has %d member(s) (state %s): --execute would be refused until they stop\n",
 							group, len(d.Members), d.State)
 					}
 				}
