@@ -83,6 +83,7 @@ func (b *Broker) deleteTopic(name string) (*meta.Topic, error) {
 		return nil, err
 	}
 	delete(b.parts, name)
+	b.tel.ForgetTopic(name)
 	for i := int32(0); i < t.Partitions; i++ {
 		if err := b.store.DeletePartition(plog.PartitionID{TopicNum: t.Num, Partition: i}); err != nil {
 			return t, fmt.Errorf("drop data of %s-%d: %w", name, i, err)
@@ -105,7 +106,8 @@ func (b *Broker) ListTopics(_ context.Context, req *runnelv1.ListTopicsRequest) 
 }
 
 // DescribeTopics implements runnelv1.AdminServer: configs with effective values, and each partition's
-// offsets and size. An empty topic list describes every topic.
+// offsets and size, and with include_stats its produce rates on this broker. An empty topic list
+// describes every topic.
 func (b *Broker) DescribeTopics(_ context.Context, req *runnelv1.DescribeTopicsRequest) (*runnelv1.DescribeTopicsResponse, error) {
 	names := req.Topics
 	if len(names) == 0 {
@@ -130,7 +132,8 @@ func (b *Broker) DescribeTopics(_ context.Context, req *runnelv1.DescribeTopicsR
 		for i, p := range ps {
 			d.Partitions = append(d.Partitions, &runnelv1.PartitionDescription{Partition: int32(i), LeaderId: b.cfg.NodeID,
 				Replicas: []int32{b.cfg.NodeID}, Isr: []int32{b.cfg.NodeID}, LogStartOffset: p.LogStartOffset(),
-				HighWatermark: p.HighWatermark(), LogEndOffset: p.LogEndOffset(), SizeBytes: p.Size()})
+				HighWatermark: p.HighWatermark(), LogEndOffset: p.LogEndOffset(), SizeBytes: p.Size(),
+				Stats: b.tel.PartitionStats(name, int32(i), req.IncludeStats)})
 		}
 	}
 	return resp, nil

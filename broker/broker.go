@@ -18,6 +18,7 @@ import (
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/client/telemetry"
 )
 
 // Limits of fetch sizes, in bytes. A fetch answer must fit the gRPC message cap (MaxMessageBytes).
@@ -49,6 +50,9 @@ type Config struct {
 	// CompactionCheckInterval is how often the log cleaner looks at the partitions of compacted topics
 	// (default DefaultCompactionCheckInterval, 15 s); a partition that is not due costs a key scan.
 	CompactionCheckInterval time.Duration
+	// Telemetry records the broker's metrics and spans and keeps the partition rates of DescribeTopics;
+	// nil leaves the broker uninstrumented. The node owns it and closes it after the broker.
+	Telemetry *telemetry.Broker
 }
 
 // Broker serves produce, fetch, offsets, metadata and topic admin for one node.
@@ -60,6 +64,7 @@ type Broker struct {
 	store *plog.Store
 	meta  *meta.Store
 	log   *slog.Logger
+	tel   *telemetry.Broker // nil: uninstrumented
 
 	mu    sync.RWMutex
 	parts map[string][]*plog.Partition // by topic name; replaced, never changed in place
@@ -84,7 +89,8 @@ func New(cfg Config, store *plog.Store, logger *slog.Logger) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, store: store, meta: m, log: logger, parts: map[string][]*plog.Partition{}, stop: make(chan struct{})}
+	b := &Broker{cfg: cfg, store: store, meta: m, log: logger, tel: cfg.Telemetry, parts: map[string][]*plog.Partition{}, stop: make(chan struct{})}
+	b.tel.ObserveStorage(b.storageStats)
 	for _, t := range m.List() {
 		ps, err := b.openPartitions(t)
 		if err != nil {

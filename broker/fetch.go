@@ -14,7 +14,8 @@ import (
 // fetch offset and answers once min_bytes are available, max_wait_ms has passed, or a partition has
 // an error. Sizes: max_bytes 0 means DefaultFetchMaxBytes and is capped at MaxFetchBytes;
 // partition_max_bytes 0 means DefaultPartitionMaxBytes. Negative sizes are INVALID_FETCH_SIZE.
-func (b *Broker) Fetch(ctx context.Context, req *runnelv1.FetchRequest) (*runnelv1.FetchResponse, error) {
+func (b *Broker) Fetch(ctx context.Context, req *runnelv1.FetchRequest) (resp *runnelv1.FetchResponse, err error) {
+	defer func(start time.Time) { b.tel.FetchDone(ctx, start, req, resp, err) }(time.Now())
 	if req.MaxBytes < 0 || req.MinBytes < 0 || req.MaxWaitMs < 0 {
 		return nil, rerr.ToStatus(rerr.New(runnelv1.ErrorCode_INVALID_FETCH_SIZE, "negative max_bytes (%d), min_bytes (%d) or max_wait_ms (%d)", req.MaxBytes, req.MinBytes, req.MaxWaitMs))
 	}
@@ -35,7 +36,10 @@ func (b *Broker) Fetch(ctx context.Context, req *runnelv1.FetchRequest) (*runnel
 	}
 	var timer *time.Timer
 	for {
-		resp, total, anyErr, changed := b.readOnce(req, maxBytes)
+		var total int
+		var anyErr bool
+		var changed []<-chan struct{}
+		resp, total, anyErr, changed = b.readOnce(req, maxBytes)
 		if total >= int(req.MinBytes) && (total > 0 || req.MinBytes > 0) || anyErr || !time.Now().Before(deadline) {
 			return resp, nil
 		}

@@ -105,10 +105,12 @@ func NewGroupCoordinator(b *Broker, cfg group.Config, logger *slog.Logger) (*Gro
 		if recs := s.core.Start(start, gc.topics); len(recs) > 0 {
 			s.submit(recs, start)
 		}
+		gc.observeShard(s, start, true)
 		s.mu.Unlock()
 		gc.shards = append(gc.shards, s)
 	}
 	logger.Info("group coordinator loaded", "partitions", len(parts), "took", time.Since(start).Round(time.Millisecond))
+	b.tel.ObserveGroups(gc.reportGroups)
 	gc.wg.Add(1)
 	go gc.tickLoop()
 	return gc, nil
@@ -150,7 +152,7 @@ func (s *groupShard) replay() error {
 
 // Close stops the timer goroutine. Appends in flight complete on the store's goroutines.
 func (gc *GroupCoordinator) Close() {
-	gc.closeOnce.Do(func() { close(gc.stop) })
+	gc.closeOnce.Do(func() { close(gc.stop); gc.b.tel.ObserveGroups(nil) })
 	gc.wg.Wait()
 }
 
@@ -169,6 +171,7 @@ func (gc *GroupCoordinator) tickLoop() {
 				if s.failed == nil {
 					if recs := s.core.Tick(now); len(recs) > 0 {
 						s.submit(recs, now)
+						gc.observeShard(s, now, false)
 					}
 				}
 				s.mu.Unlock()
@@ -201,6 +204,7 @@ func (gc *GroupCoordinator) syncTopics(now time.Time) {
 		if s.failed == nil {
 			if recs := s.core.SetTopics(now, topics); len(recs) > 0 {
 				s.submit(recs, now)
+				gc.observeShard(s, now, false)
 			}
 		}
 		s.mu.Unlock()
@@ -306,6 +310,7 @@ func (gc *GroupCoordinator) Heartbeat(ctx context.Context, req *runnelv1.GroupHe
 	var resp *runnelv1.GroupHeartbeatResponse
 	err := gc.shard(req.GroupId).do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) {
 		r, recs, err := c.Heartbeat(now, req, client)
+		gc.observeGroup(c, req.GroupId, now)
 		resp = r
 		return recs, err
 	})
@@ -405,6 +410,7 @@ func (gc *GroupCoordinator) DeleteGroups(ctx context.Context, req *runnelv1.Dele
 		err := gc.shard(id).do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) { return c.DeleteGroup(now, id) })
 		resp.Groups = append(resp.Groups, &runnelv1.GroupResult{GroupId: id, Error: rerr.ToInfo(err)})
 		if err == nil {
+			gc.b.tel.GroupDeleted(id)
 			gc.log.Info("group deleted", "group", id)
 		}
 	}

@@ -61,8 +61,10 @@ func (c *produceCall) timeout() {
 
 // startProduce validates and enqueues every partition's batches of req in request order, and returns
 // the call that completes when all of them are acknowledged per req.Acks. Enqueueing happens before
-// startProduce returns, so requests started one after another are appended in that order.
-func (b *Broker) startProduce(req *runnelv1.ProduceRequest, onDone func(*runnelv1.ProduceResponse)) (*produceCall, error) {
+// startProduce returns, so requests started one after another are appended in that order. ctx is the
+// trace the request continues (unary calls); a stream's requests pass none, since the stream's span
+// would otherwise parent every request for the stream's lifetime.
+func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest, onDone func(*runnelv1.ProduceResponse)) (*produceCall, error) {
 	switch req.Acks {
 	case runnelv1.Acks_ACKS_ALL, runnelv1.Acks_ACKS_LEADER, runnelv1.Acks_ACKS_NONE:
 	default:
@@ -86,7 +88,9 @@ func (b *Broker) startProduce(req *runnelv1.ProduceRequest, onDone func(*runnelv
 	for i, pp := range req.Partitions {
 		r := &runnelv1.ProducePartitionResult{Topic: pp.Topic, Partition: pp.Partition, BaseOffset: -1, LogAppendTimeMs: -1, LogStartOffset: -1}
 		c.resp.Partitions[i] = r
+		obs := b.tel.StartAppend(ctx, pp)
 		b.appendPartition(pp, req.Acks, now, func(res plog.AppendResult, appendTime int64, err error) {
+			obs.Done(res.BaseOffset, err)
 			c.mu.Lock()
 			if r.Error == nil { // not timed out already
 				if err != nil {
@@ -170,11 +174,13 @@ func requireKeys(pp *runnelv1.ProducePartition, policy string, b []byte, base in
 
 // Produce implements runnelv1.RecordsServer: append and wait for the acknowledgement per acks.
 func (b *Broker) Produce(ctx context.Context, req *runnelv1.ProduceRequest) (*runnelv1.ProduceResponse, error) {
-	c, err := b.startProduce(req, nil)
+	start := time.Now()
+	c, err := b.startProduce(ctx, req, nil)
 	if err != nil {
 		return nil, rerr.ToStatus(err)
 	}
 	if req.Acks == runnelv1.Acks_ACKS_NONE {
+		b.tel.ProduceDone(start, req.Acks, nil)
 		return &runnelv1.ProduceResponse{CorrelationId: req.CorrelationId}, nil
 	}
 	select {
@@ -184,7 +190,17 @@ func (b *Broker) Produce(ctx context.Context, req *runnelv1.ProduceRequest) (*ru
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	b.tel.ProduceDone(start, req.Acks, c.resp)
 	return c.resp, nil
+}
+
+// streamAnswer is a ProduceStream answer on its way to the sender goroutine, which records its latency:
+// the goroutines that complete appends are fresh for each append, and the metric SDK's call would grow
+// their stacks.
+type streamAnswer struct {
+	resp  *runnelv1.ProduceResponse
+	start time.Time
+	acks  runnelv1.Acks
 }
 
 // ProduceStream implements runnelv1.RecordsServer: requests are enqueued in the order received, and
@@ -193,16 +209,17 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 	// inflight bounds the requests a stream may have unanswered, and out can hold all of their answers,
 	// so the store's goroutines that complete appends never block on a slow reader.
 	inflight := make(chan struct{}, maxStreamInflight)
-	out := make(chan *runnelv1.ProduceResponse, maxStreamInflight)
+	out := make(chan streamAnswer, maxStreamInflight)
 	var pending sync.WaitGroup
 	sendErr := make(chan error, 1)
 	senderDone := make(chan struct{})
 	go func() { // the one goroutine allowed to Send; owned by this handler, ends when out closes
 		defer close(senderDone)
 		failed := false
-		for resp := range out {
+		for a := range out {
+			b.tel.ProduceDone(a.start, a.acks, a.resp)
 			if !failed {
-				if err := stream.Send(resp); err != nil {
+				if err := stream.Send(a.resp); err != nil {
 					failed = true
 					sendErr <- err
 				}
@@ -229,9 +246,10 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 			break
 		}
 		pending.Add(1)
-		_, err = b.startProduce(req, func(resp *runnelv1.ProduceResponse) {
+		start := time.Now()
+		_, err = b.startProduce(context.Background(), req, func(resp *runnelv1.ProduceResponse) {
 			if acks != runnelv1.Acks_ACKS_NONE {
-				out <- resp
+				out <- streamAnswer{resp, start, acks}
 			} else {
 				<-inflight
 			}
@@ -243,6 +261,9 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 			// A request the broker cannot take at all ends the stream with its status.
 			recvErr = rerr.ToStatus(err)
 			break
+		}
+		if acks == runnelv1.Acks_ACKS_NONE {
+			b.tel.ProduceDone(start, acks, nil) // answered by not answering, once enqueued
 		}
 	}
 	pending.Wait()

@@ -1,5 +1,6 @@
-// Package platform composes a Runnel node: config, storage, the broker, the gRPC and HTTP servers.
-// Membership (serf), the controller (raft) and telemetry join here as the cluster work lands.
+// Package platform composes a Runnel node: config, storage, the broker, the gRPC and HTTP servers,
+// telemetry (OpenTelemetry providers from OTEL_* variables, /metrics, a slog handler with trace ids).
+// Membership (serf) and the controller (raft) join here as the cluster work lands.
 package platform
 
 import (
@@ -21,7 +22,8 @@ type Config struct {
 	GRPCAddr string
 	// AdvertisedGRPCAddr is the address clients are told to use; empty means the bound GRPCAddr.
 	AdvertisedGRPCAddr string
-	// HTTPAddr serves /healthz and /readyz (default 127.0.0.1:7071; empty disables it).
+	// HTTPAddr serves /healthz, /readyz, /metrics and /debug/pprof/ (default 127.0.0.1:7071; empty
+	// disables it).
 	HTTPAddr string
 	// Rack is this node's rack, reported in metadata.
 	Rack string
@@ -44,6 +46,9 @@ type Config struct {
 	// Groups configures the consumer group coordinator (heartbeat interval, session timeout bounds, group
 	// size, offsets retention, ...); zero fields take group.DefaultConfig's values.
 	Groups group.Config
+	// Telemetry configures metrics (/metrics on HTTPAddr, OTLP) and tracing; the zero value takes
+	// everything from the OTEL_* environment variables (see TelemetryConfig).
+	Telemetry TelemetryConfig
 }
 
 // DefaultConfig returns the configuration of `runnel dev`.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
@@ -32,6 +33,10 @@ type Node struct {
 	grpc   *grpc.Server
 	health *health.Server
 	http   *http.Server
+	tel    *nodeTelemetry // nil when disabled
+	// ready is true from the end of Start to the start of Close: /readyz answers 503 outside it, so a
+	// load balancer stops sending before the node stops serving.
+	ready atomic.Bool
 
 	grpcLn, httpLn net.Listener
 	wg             sync.WaitGroup
@@ -58,6 +63,9 @@ func (n *Node) Start() (err error) {
 			n.Close()
 		}
 	}()
+	if n.tel, err = startTelemetry(context.Background(), n.cfg, n.log); err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
 	opts := n.cfg.storeOptions()
 	opts.Logger = n.log
 	if n.store, err = plog.Open(opts); err != nil {
@@ -71,19 +79,19 @@ func (n *Node) Start() (err error) {
 		adv = n.grpcLn.Addr().String()
 	}
 	if n.broker, err = broker.New(broker.Config{NodeID: n.cfg.NodeID, AdvertisedAddr: adv, Rack: n.cfg.Rack,
-		RetentionCheckInterval: n.cfg.RetentionCheckInterval}, n.store, n.log); err != nil {
+		RetentionCheckInterval: n.cfg.RetentionCheckInterval, Telemetry: n.tel.brokerTelemetry()}, n.store, n.log); err != nil {
 		return err
 	}
 	if n.groups, err = broker.NewGroupCoordinator(n.broker, n.cfg.Groups, n.log); err != nil {
 		return fmt.Errorf("start the group coordinator: %w", err)
 	}
-	n.grpc = grpc.NewServer(
+	n.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(broker.MaxMessageBytes),
 		grpc.MaxSendMsgSize(broker.MaxMessageBytes),
 		// Produce streams and long polls live long; keep idle connections up and notice dead peers.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	)
+	}, n.tel.serverOptions()...)...)
 	runnelv1.RegisterRecordsServer(n.grpc, n.broker)
 	runnelv1.RegisterAdminServer(n.grpc, n.broker)
 	runnelv1.RegisterGroupsServer(n.grpc, n.groups)
@@ -114,7 +122,9 @@ func (n *Node) Start() (err error) {
 			}
 		}()
 	}
-	n.log.Info("node started", "node_id", n.cfg.NodeID, "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "data_dir", n.cfg.DataDir, "fsync", n.cfg.Fsync)
+	n.ready.Store(true)
+	n.log.Info("node started", "node_id", n.cfg.NodeID, "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "data_dir", n.cfg.DataDir, "fsync", n.cfg.Fsync,
+		"tracing", n.tel.brokerTelemetry().Tracing(), "metrics", n.tel != nil)
 	return nil
 }
 
@@ -124,12 +134,17 @@ func (n *Node) httpHandler() http.Handler {
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if n.broker == nil || !n.broker.Ready() {
+		if !n.ready.Load() || n.broker == nil || !n.broker.Ready() {
 			http.Error(w, "not ready\n", http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))
 	})
+	// Metrics in the Prometheus text format (OpenMetrics when asked), for the OTel instruments of
+	// client/telemetry, otelgrpc's RPC metrics and the Go runtime and process collectors.
+	if h := n.tel.metricsHandler(); h != nil {
+		mux.Handle("GET /metrics", h)
+	}
 	// Profiles of a running node (go tool pprof http://HOST:PORT/debug/pprof/profile), bound to the
 	// HTTP address, which is loopback by default.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -162,6 +177,7 @@ func (n *Node) Broker() *broker.Broker { return n.broker }
 // safe to call more than once.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
+		n.ready.Store(false)
 		if n.health != nil {
 			n.health.Shutdown()
 		}
@@ -194,6 +210,12 @@ func (n *Node) Close() error {
 		if n.store != nil {
 			n.closeErr = n.store.Close()
 		}
+		// Last: the exporters flush the spans of the calls that just ended.
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
+		if err := n.tel.shutdown(ctx); err != nil {
+			n.log.Warn("telemetry shutdown", "err", err)
+		}
+		cancel()
 		n.log.Info("node stopped", "node_id", n.cfg.NodeID)
 	})
 	return n.closeErr

@@ -74,6 +74,8 @@ type Store struct {
 	now func() time.Time
 
 	gcMu sync.Mutex // one value-log GC at a time (Badger rejects a second one)
+	// Value-log GC passes by outcome since Open, for metrics (ValueLogGCStats).
+	gcRewritten, gcNothing, gcErrors atomic.Int64
 
 	// Counters of writer groups and fsyncs, which show how well group commit batches (benchmarks).
 	groups, fsyncs atomic.Int64
@@ -248,13 +250,58 @@ func (s *Store) runGC(stop <-chan struct{}) error {
 		err := s.gcOnce()
 		switch {
 		case err == nil:
+			s.gcRewritten.Add(1)
 			continue // a file was rewritten; the next may qualify too
 		case errors.Is(err, badger.ErrNoRewrite), errors.Is(err, badger.ErrRejected):
+			s.gcNothing.Add(1)
 			return nil
 		default:
+			s.gcErrors.Add(1)
 			return fmt.Errorf("value-log GC in %s: %w", s.opts.Dir, err)
 		}
 	}
+}
+
+// GCStats counts value-log GC passes since Open by outcome.
+type GCStats struct {
+	Rewritten int64 // a value-log file was rewritten
+	Nothing   int64 // no file had enough garbage (or another GC was running)
+	Errors    int64 // the pass failed
+}
+
+// ValueLogGCStats returns the value-log GC passes since Open, periodic and RunValueLogGC's alike.
+func (s *Store) ValueLogGCStats() GCStats {
+	return GCStats{Rewritten: s.gcRewritten.Load(), Nothing: s.gcNothing.Load(), Errors: s.gcErrors.Load()}
+}
+
+// DiskUsage returns the disk space in bytes taken by Badger's LSM tree files (.sst: the offset index and
+// partition state) and value-log files (.vlog: the record batches) in the store's directory. It lists
+// the directory rather than asking Badger, whose own sizes are process-global expvars that the store
+// turns off (badgerOptions) and that it refreshes only once a minute. Space is counted in allocated
+// blocks where the system says (fileDiskSize): Badger preallocates each value-log file to its full
+// size as a sparse file, whose length says nothing about what it holds.
+func (s *Store) DiskUsage() (lsm, vlog int64, err error) {
+	entries, err := os.ReadDir(s.opts.Dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		isSST, isVlog := strings.HasSuffix(name, ".sst"), strings.HasSuffix(name, ".vlog")
+		if !isSST && !isVlog {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed since the listing (compaction, GC)
+		}
+		if isSST {
+			lsm += fileDiskSize(info)
+		} else {
+			vlog += fileDiskSize(info)
+		}
+	}
+	return lsm, vlog, nil
 }
 
 // gcOnce runs one Badger value-log GC pass (at most one file rewritten).

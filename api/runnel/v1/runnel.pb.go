@@ -521,7 +521,12 @@ type ProducePartition struct {
 	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
 	// records holds one or more RecordBatch v2 encodings, back to back. The base offset in each header is
 	// ignored and rewritten by the broker.
-	Records       []byte `protobuf:"bytes,3,opt,name=records,proto3" json:"records,omitempty"`
+	Records []byte `protobuf:"bytes,3,opt,name=records,proto3" json:"records,omitempty"`
+	// trace_context is the propagated context (W3C "traceparent", "tracestate") of the producer's span
+	// for these batches, as client/telemetry.SendSpan.TraceContext returns it. The broker continues the
+	// trace from it per partition; gRPC metadata cannot carry it for the requests of a long-lived
+	// ProduceStream, which all share the stream's one context. Empty: the call's context (unary Produce).
+	TraceContext  map[string]string `protobuf:"bytes,4,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -573,6 +578,13 @@ func (x *ProducePartition) GetPartition() int32 {
 func (x *ProducePartition) GetRecords() []byte {
 	if x != nil {
 		return x.Records
+	}
+	return nil
+}
+
+func (x *ProducePartition) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -2063,8 +2075,10 @@ func (x *TopicSummary) GetInternal() bool {
 }
 
 type DescribeTopicsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topics        []string               `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Topics []string               `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
+	// include_stats fills PartitionDescription.stats: each partition's produce rates on this broker.
+	IncludeStats  bool `protobuf:"varint,2,opt,name=include_stats,json=includeStats,proto3" json:"include_stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2104,6 +2118,13 @@ func (x *DescribeTopicsRequest) GetTopics() []string {
 		return x.Topics
 	}
 	return nil
+}
+
+func (x *DescribeTopicsRequest) GetIncludeStats() bool {
+	if x != nil {
+		return x.IncludeStats
+	}
+	return false
 }
 
 type DescribeTopicsResponse struct {
@@ -2315,7 +2336,10 @@ type PartitionDescription struct {
 	HighWatermark  int64                  `protobuf:"varint,7,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
 	LogEndOffset   int64                  `protobuf:"varint,8,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
 	// size_bytes is the stored size of the partition's batches.
-	SizeBytes     int64 `protobuf:"varint,9,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	SizeBytes int64 `protobuf:"varint,9,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// stats are the partition's produce rates, present when the request set include_stats and the broker
+	// keeps them (it does unless its telemetry is disabled).
+	Stats         *PartitionStats `protobuf:"bytes,10,opt,name=stats,proto3" json:"stats,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2413,6 +2437,169 @@ func (x *PartitionDescription) GetSizeBytes() int64 {
 	return 0
 }
 
+func (x *PartitionDescription) GetStats() *PartitionStats {
+	if x != nil {
+		return x.Stats
+	}
+	return nil
+}
+
+// PartitionStats are the bytes and records appended to one partition on the broker that answers, counted
+// in wall-clock minutes. They show hot partitions (docs/hot-keys.md). Counting starts when the broker
+// starts; rates over a window longer than that divide by the time since the start instead.
+type PartitionStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// last_minute and last_five_minutes are rates estimated from the per-minute counts (the oldest minute
+	// weighted by the part of it inside the window).
+	LastMinute      *PartitionRate `protobuf:"bytes,1,opt,name=last_minute,json=lastMinute,proto3" json:"last_minute,omitempty"`
+	LastFiveMinutes *PartitionRate `protobuf:"bytes,2,opt,name=last_five_minutes,json=lastFiveMinutes,proto3" json:"last_five_minutes,omitempty"`
+	// bytes_in_per_minute and records_in_per_minute are the counts per wall-clock minute, newest first:
+	// [0] is the current, partial minute, [1] to [5] the five minutes before it (6 entries).
+	BytesInPerMinute   []int64 `protobuf:"varint,3,rep,packed,name=bytes_in_per_minute,json=bytesInPerMinute,proto3" json:"bytes_in_per_minute,omitempty"`
+	RecordsInPerMinute []int64 `protobuf:"varint,4,rep,packed,name=records_in_per_minute,json=recordsInPerMinute,proto3" json:"records_in_per_minute,omitempty"`
+	// bytes_in_total and records_in_total count every append since the broker started.
+	BytesInTotal   int64 `protobuf:"varint,5,opt,name=bytes_in_total,json=bytesInTotal,proto3" json:"bytes_in_total,omitempty"`
+	RecordsInTotal int64 `protobuf:"varint,6,opt,name=records_in_total,json=recordsInTotal,proto3" json:"records_in_total,omitempty"`
+	// window_ms is the time last_five_minutes covers: 300000, or less in the first five minutes after
+	// the broker started.
+	WindowMs      int64 `protobuf:"varint,7,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionStats) Reset() {
+	*x = PartitionStats{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionStats) ProtoMessage() {}
+
+func (x *PartitionStats) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionStats.ProtoReflect.Descriptor instead.
+func (*PartitionStats) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *PartitionStats) GetLastMinute() *PartitionRate {
+	if x != nil {
+		return x.LastMinute
+	}
+	return nil
+}
+
+func (x *PartitionStats) GetLastFiveMinutes() *PartitionRate {
+	if x != nil {
+		return x.LastFiveMinutes
+	}
+	return nil
+}
+
+func (x *PartitionStats) GetBytesInPerMinute() []int64 {
+	if x != nil {
+		return x.BytesInPerMinute
+	}
+	return nil
+}
+
+func (x *PartitionStats) GetRecordsInPerMinute() []int64 {
+	if x != nil {
+		return x.RecordsInPerMinute
+	}
+	return nil
+}
+
+func (x *PartitionStats) GetBytesInTotal() int64 {
+	if x != nil {
+		return x.BytesInTotal
+	}
+	return 0
+}
+
+func (x *PartitionStats) GetRecordsInTotal() int64 {
+	if x != nil {
+		return x.RecordsInTotal
+	}
+	return 0
+}
+
+func (x *PartitionStats) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+// PartitionRate is what was appended to a partition per second over a window: bytes of record batches
+// as produced (compressed, headers included), and records.
+type PartitionRate struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	BytesInPerSec   float64                `protobuf:"fixed64,1,opt,name=bytes_in_per_sec,json=bytesInPerSec,proto3" json:"bytes_in_per_sec,omitempty"`
+	RecordsInPerSec float64                `protobuf:"fixed64,2,opt,name=records_in_per_sec,json=recordsInPerSec,proto3" json:"records_in_per_sec,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *PartitionRate) Reset() {
+	*x = PartitionRate{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionRate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionRate) ProtoMessage() {}
+
+func (x *PartitionRate) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionRate.ProtoReflect.Descriptor instead.
+func (*PartitionRate) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *PartitionRate) GetBytesInPerSec() float64 {
+	if x != nil {
+		return x.BytesInPerSec
+	}
+	return 0
+}
+
+func (x *PartitionRate) GetRecordsInPerSec() float64 {
+	if x != nil {
+		return x.RecordsInPerSec
+	}
+	return 0
+}
+
 type AlterTopicConfigsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Topic string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
@@ -2426,7 +2613,7 @@ type AlterTopicConfigsRequest struct {
 
 func (x *AlterTopicConfigsRequest) Reset() {
 	*x = AlterTopicConfigsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2625,7 @@ func (x *AlterTopicConfigsRequest) String() string {
 func (*AlterTopicConfigsRequest) ProtoMessage() {}
 
 func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2638,7 @@ func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AlterTopicConfigsRequest) GetTopic() string {
@@ -2491,7 +2678,7 @@ type AlterTopicConfigsResponse struct {
 
 func (x *AlterTopicConfigsResponse) Reset() {
 	*x = AlterTopicConfigsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2690,7 @@ func (x *AlterTopicConfigsResponse) String() string {
 func (*AlterTopicConfigsResponse) ProtoMessage() {}
 
 func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2703,7 @@ func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AlterTopicConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -2544,11 +2731,15 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"timeout_ms\x18\x03 \x01(\x05R\ttimeoutMs\x12;\n" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2\x1b.runnel.v1.ProducePartitionR\n" +
-	"partitions\"`\n" +
+	"partitions\"\xf5\x01\n" +
 	"\x10ProducePartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x18\n" +
-	"\arecords\x18\x03 \x01(\fR\arecords\"{\n" +
+	"\arecords\x18\x03 \x01(\fR\arecords\x12R\n" +
+	"\rtrace_context\x18\x04 \x03(\v2-.runnel.v1.ProducePartition.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"{\n" +
 	"\x0fProduceResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x03R\rcorrelationId\x12A\n" +
 	"\n" +
@@ -2668,9 +2859,10 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"partitions\x18\x03 \x01(\x05R\n" +
 	"partitions\x12-\n" +
 	"\x12replication_factor\x18\x04 \x01(\x05R\x11replicationFactor\x12\x1a\n" +
-	"\binternal\x18\x05 \x01(\bR\binternal\"/\n" +
+	"\binternal\x18\x05 \x01(\bR\binternal\"T\n" +
 	"\x15DescribeTopicsRequest\x12\x16\n" +
-	"\x06topics\x18\x01 \x03(\tR\x06topics\"M\n" +
+	"\x06topics\x18\x01 \x03(\tR\x06topics\x12#\n" +
+	"\rinclude_stats\x18\x02 \x01(\bR\fincludeStats\"M\n" +
 	"\x16DescribeTopicsResponse\x123\n" +
 	"\x06topics\x18\x01 \x03(\v2\x1b.runnel.v1.TopicDescriptionR\x06topics\"\xab\x02\n" +
 	"\x10TopicDescription\x12\x12\n" +
@@ -2687,7 +2879,7 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1d\n" +
 	"\n" +
-	"is_default\x18\x03 \x01(\bR\tisDefault\"\xb8\x02\n" +
+	"is_default\x18\x03 \x01(\bR\tisDefault\"\xe9\x02\n" +
 	"\x14PartitionDescription\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\x05R\bleaderId\x12!\n" +
@@ -2698,7 +2890,21 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x0ehigh_watermark\x18\a \x01(\x03R\rhighWatermark\x12$\n" +
 	"\x0elog_end_offset\x18\b \x01(\x03R\flogEndOffset\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\t \x01(\x03R\tsizeBytes\"\xe5\x01\n" +
+	"size_bytes\x18\t \x01(\x03R\tsizeBytes\x12/\n" +
+	"\x05stats\x18\n" +
+	" \x01(\v2\x19.runnel.v1.PartitionStatsR\x05stats\"\xe0\x02\n" +
+	"\x0ePartitionStats\x129\n" +
+	"\vlast_minute\x18\x01 \x01(\v2\x18.runnel.v1.PartitionRateR\n" +
+	"lastMinute\x12D\n" +
+	"\x11last_five_minutes\x18\x02 \x01(\v2\x18.runnel.v1.PartitionRateR\x0flastFiveMinutes\x12-\n" +
+	"\x13bytes_in_per_minute\x18\x03 \x03(\x03R\x10bytesInPerMinute\x121\n" +
+	"\x15records_in_per_minute\x18\x04 \x03(\x03R\x12recordsInPerMinute\x12$\n" +
+	"\x0ebytes_in_total\x18\x05 \x01(\x03R\fbytesInTotal\x12(\n" +
+	"\x10records_in_total\x18\x06 \x01(\x03R\x0erecordsInTotal\x12\x1b\n" +
+	"\twindow_ms\x18\a \x01(\x03R\bwindowMs\"e\n" +
+	"\rPartitionRate\x12'\n" +
+	"\x10bytes_in_per_sec\x18\x01 \x01(\x01R\rbytesInPerSec\x12+\n" +
+	"\x12records_in_per_sec\x18\x02 \x01(\x01R\x0frecordsInPerSec\"\xe5\x01\n" +
 	"\x18AlterTopicConfigsRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12>\n" +
 	"\x03set\x18\x02 \x03(\v2,.runnel.v1.AlterTopicConfigsRequest.SetEntryR\x03set\x12\x16\n" +
@@ -2797,7 +3003,7 @@ func file_runnel_v1_runnel_proto_rawDescGZIP() []byte {
 }
 
 var file_runnel_v1_runnel_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_runnel_v1_runnel_proto_goTypes = []any{
 	(ErrorCode)(0),                     // 0: runnel.v1.ErrorCode
 	(Acks)(0),                          // 1: runnel.v1.Acks
@@ -2835,68 +3041,75 @@ var file_runnel_v1_runnel_proto_goTypes = []any{
 	(*TopicDescription)(nil),           // 33: runnel.v1.TopicDescription
 	(*ConfigEntry)(nil),                // 34: runnel.v1.ConfigEntry
 	(*PartitionDescription)(nil),       // 35: runnel.v1.PartitionDescription
-	(*AlterTopicConfigsRequest)(nil),   // 36: runnel.v1.AlterTopicConfigsRequest
-	(*AlterTopicConfigsResponse)(nil),  // 37: runnel.v1.AlterTopicConfigsResponse
-	nil,                                // 38: runnel.v1.NewTopic.ConfigsEntry
-	nil,                                // 39: runnel.v1.AlterTopicConfigsRequest.SetEntry
+	(*PartitionStats)(nil),             // 36: runnel.v1.PartitionStats
+	(*PartitionRate)(nil),              // 37: runnel.v1.PartitionRate
+	(*AlterTopicConfigsRequest)(nil),   // 38: runnel.v1.AlterTopicConfigsRequest
+	(*AlterTopicConfigsResponse)(nil),  // 39: runnel.v1.AlterTopicConfigsResponse
+	nil,                                // 40: runnel.v1.ProducePartition.TraceContextEntry
+	nil,                                // 41: runnel.v1.NewTopic.ConfigsEntry
+	nil,                                // 42: runnel.v1.AlterTopicConfigsRequest.SetEntry
 }
 var file_runnel_v1_runnel_proto_depIdxs = []int32{
 	0,  // 0: runnel.v1.ErrorInfo.code:type_name -> runnel.v1.ErrorCode
 	1,  // 1: runnel.v1.ProduceRequest.acks:type_name -> runnel.v1.Acks
 	6,  // 2: runnel.v1.ProduceRequest.partitions:type_name -> runnel.v1.ProducePartition
-	8,  // 3: runnel.v1.ProduceResponse.partitions:type_name -> runnel.v1.ProducePartitionResult
-	4,  // 4: runnel.v1.ProducePartitionResult.error:type_name -> runnel.v1.ErrorInfo
-	2,  // 5: runnel.v1.FetchRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
-	10, // 6: runnel.v1.FetchRequest.partitions:type_name -> runnel.v1.FetchPartition
-	12, // 7: runnel.v1.FetchResponse.partitions:type_name -> runnel.v1.FetchPartitionResult
-	4,  // 8: runnel.v1.FetchPartitionResult.error:type_name -> runnel.v1.ErrorInfo
-	14, // 9: runnel.v1.ListOffsetsRequest.partitions:type_name -> runnel.v1.ListOffsetsPartition
-	2,  // 10: runnel.v1.ListOffsetsRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
-	3,  // 11: runnel.v1.ListOffsetsPartition.spec:type_name -> runnel.v1.OffsetSpec
-	16, // 12: runnel.v1.ListOffsetsResponse.partitions:type_name -> runnel.v1.ListOffsetsPartitionResult
-	4,  // 13: runnel.v1.ListOffsetsPartitionResult.error:type_name -> runnel.v1.ErrorInfo
-	19, // 14: runnel.v1.MetadataResponse.brokers:type_name -> runnel.v1.Broker
-	20, // 15: runnel.v1.MetadataResponse.topics:type_name -> runnel.v1.TopicMetadata
-	4,  // 16: runnel.v1.TopicMetadata.error:type_name -> runnel.v1.ErrorInfo
-	21, // 17: runnel.v1.TopicMetadata.partitions:type_name -> runnel.v1.PartitionMetadata
-	4,  // 18: runnel.v1.PartitionMetadata.error:type_name -> runnel.v1.ErrorInfo
-	23, // 19: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
-	38, // 20: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
-	25, // 21: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	4,  // 22: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
-	25, // 23: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	30, // 24: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
-	33, // 25: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
-	4,  // 26: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
-	34, // 27: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
-	35, // 28: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
-	39, // 29: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
-	34, // 30: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
-	5,  // 31: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
-	5,  // 32: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
-	9,  // 33: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
-	13, // 34: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
-	17, // 35: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
-	22, // 36: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
-	26, // 37: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
-	28, // 38: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
-	31, // 39: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
-	36, // 40: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
-	7,  // 41: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
-	7,  // 42: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
-	11, // 43: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
-	15, // 44: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
-	18, // 45: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
-	24, // 46: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
-	27, // 47: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
-	29, // 48: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
-	32, // 49: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
-	37, // 50: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
-	41, // [41:51] is the sub-list for method output_type
-	31, // [31:41] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	40, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
+	8,  // 4: runnel.v1.ProduceResponse.partitions:type_name -> runnel.v1.ProducePartitionResult
+	4,  // 5: runnel.v1.ProducePartitionResult.error:type_name -> runnel.v1.ErrorInfo
+	2,  // 6: runnel.v1.FetchRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
+	10, // 7: runnel.v1.FetchRequest.partitions:type_name -> runnel.v1.FetchPartition
+	12, // 8: runnel.v1.FetchResponse.partitions:type_name -> runnel.v1.FetchPartitionResult
+	4,  // 9: runnel.v1.FetchPartitionResult.error:type_name -> runnel.v1.ErrorInfo
+	14, // 10: runnel.v1.ListOffsetsRequest.partitions:type_name -> runnel.v1.ListOffsetsPartition
+	2,  // 11: runnel.v1.ListOffsetsRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
+	3,  // 12: runnel.v1.ListOffsetsPartition.spec:type_name -> runnel.v1.OffsetSpec
+	16, // 13: runnel.v1.ListOffsetsResponse.partitions:type_name -> runnel.v1.ListOffsetsPartitionResult
+	4,  // 14: runnel.v1.ListOffsetsPartitionResult.error:type_name -> runnel.v1.ErrorInfo
+	19, // 15: runnel.v1.MetadataResponse.brokers:type_name -> runnel.v1.Broker
+	20, // 16: runnel.v1.MetadataResponse.topics:type_name -> runnel.v1.TopicMetadata
+	4,  // 17: runnel.v1.TopicMetadata.error:type_name -> runnel.v1.ErrorInfo
+	21, // 18: runnel.v1.TopicMetadata.partitions:type_name -> runnel.v1.PartitionMetadata
+	4,  // 19: runnel.v1.PartitionMetadata.error:type_name -> runnel.v1.ErrorInfo
+	23, // 20: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
+	41, // 21: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
+	25, // 22: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	4,  // 23: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
+	25, // 24: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	30, // 25: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
+	33, // 26: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
+	4,  // 27: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
+	34, // 28: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
+	35, // 29: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
+	36, // 30: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
+	37, // 31: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
+	37, // 32: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
+	42, // 33: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
+	34, // 34: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
+	5,  // 35: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
+	5,  // 36: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
+	9,  // 37: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
+	13, // 38: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
+	17, // 39: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
+	22, // 40: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
+	26, // 41: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
+	28, // 42: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
+	31, // 43: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
+	38, // 44: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
+	7,  // 45: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
+	7,  // 46: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
+	11, // 47: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
+	15, // 48: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
+	18, // 49: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
+	24, // 50: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
+	27, // 51: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
+	29, // 52: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
+	32, // 53: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
+	39, // 54: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
+	45, // [45:55] is the sub-list for method output_type
+	35, // [35:45] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_runnel_v1_runnel_proto_init() }
@@ -2910,7 +3123,7 @@ func file_runnel_v1_runnel_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_runnel_proto_rawDesc), len(file_runnel_v1_runnel_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   36,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
