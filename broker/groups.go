@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/broker/topiccfg"
 	"github.com/runnel-io/runnel/client/batch"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 )
 
@@ -306,7 +308,7 @@ func (gc *GroupCoordinator) Heartbeat(ctx context.Context, req *runnelv1.GroupHe
 	if req.MemberEpoch == group.JoinEpoch || !req.SubscriptionUnchanged {
 		gc.syncTopics(now)
 	}
-	client := group.ClientInfo{ClientHost: peerHost(ctx)}
+	client := group.ClientInfo{ClientID: clientID(ctx), ClientHost: peerHost(ctx)}
 	var resp *runnelv1.GroupHeartbeatResponse
 	err := gc.shard(req.GroupId).do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) {
 		r, recs, err := c.Heartbeat(now, req, client)
@@ -418,6 +420,23 @@ func (gc *GroupCoordinator) DeleteGroups(ctx context.Context, req *runnelv1.Dele
 }
 
 // peerHost returns the client's address without the port, for DescribeGroups.
+// clientID returns the client's id for DescribeGroups: the SDK sends it (WithClientID) as the gRPC user
+// agent, to which grpc-go appends its own " grpc-go/x.y.z", removed here. "" when there is none.
+func clientID(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	ua := md.Get("user-agent")
+	if len(ua) == 0 {
+		return ""
+	}
+	id := ua[0]
+	if i := strings.LastIndex(id, " grpc-go/"); i >= 0 {
+		id = id[:i]
+	} else if strings.HasPrefix(id, "grpc-go/") {
+		id = "" // grpc-go's own agent: the client named itself nothing
+	}
+	return id
+}
+
 func peerHost(ctx context.Context) string {
 	p, ok := peer.FromContext(ctx)
 	if !ok || p.Addr == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
@@ -57,6 +58,30 @@ type PartitionDescription struct {
 	HighWatermark  int64
 	LogEndOffset   int64
 	SizeBytes      int64
+	// Stats are the partition's produce rates on its leader, from DescribeTopicWithStats; nil from
+	// DescribeTopic, or when the broker keeps none (its telemetry is disabled).
+	Stats *PartitionStats
+}
+
+// PartitionStats are the bytes and records appended to a partition, counted per wall-clock minute by
+// the broker that answered (the leader) since it started: what shows a hot partition
+// (docs/hot-keys.md). Bytes are record batches as produced (compressed, headers included).
+type PartitionStats struct {
+	// LastMinute and LastFiveMinutes are rates estimated from the per-minute counts, the oldest minute
+	// weighted by the part of it inside the window.
+	LastMinute, LastFiveMinutes PartitionRate
+	// BytesInPerMinute and RecordsInPerMinute are counts per minute, newest first: [0] is the current,
+	// partial minute, [1] to [5] the five before it.
+	BytesInPerMinute, RecordsInPerMinute []int64
+	// BytesInTotal and RecordsInTotal count every append since the broker started.
+	BytesInTotal, RecordsInTotal int64
+	// Window is what LastFiveMinutes covers: five minutes, or less just after the broker started.
+	Window time.Duration
+}
+
+// PartitionRate is what was appended to a partition per second over a window.
+type PartitionRate struct {
+	BytesPerSec, RecordsPerSec float64
 }
 
 // NewAdmin returns an admin client for the cluster reachable at brokers. It validates the options and
@@ -152,9 +177,20 @@ func (a *Admin) ListTopics(ctx context.Context, includeInternal bool) ([]TopicSu
 // DescribeTopic returns a topic's configs and partitions. An unknown topic gives
 // rerr.ErrUnknownTopicOrPartition.
 func (a *Admin) DescribeTopic(ctx context.Context, name string) (*TopicDescription, error) {
+	return a.describeTopic(ctx, name, false)
+}
+
+// DescribeTopicWithStats is DescribeTopic with each partition's produce rates (PartitionDescription.
+// Stats) over the last minute and five minutes, to find hot partitions. It is a separate call because
+// the broker computes the rates only when asked.
+func (a *Admin) DescribeTopicWithStats(ctx context.Context, name string) (*TopicDescription, error) {
+	return a.describeTopic(ctx, name, true)
+}
+
+func (a *Admin) describeTopic(ctx context.Context, name string, stats bool) (*TopicDescription, error) {
 	var out *TopicDescription
 	err := a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
-		resp, err := c.DescribeTopics(ctx, &runnelv1.DescribeTopicsRequest{Topics: []string{name}})
+		resp, err := c.DescribeTopics(ctx, &runnelv1.DescribeTopicsRequest{Topics: []string{name}, IncludeStats: stats})
 		if err != nil {
 			return wireErr(err)
 		}
@@ -170,12 +206,24 @@ func (a *Admin) DescribeTopic(ctx context.Context, name string) (*TopicDescripti
 		for _, p := range t.Partitions {
 			d.Partitions = append(d.Partitions, PartitionDescription{Partition: p.Partition, LeaderID: p.LeaderId,
 				LeaderEpoch: p.LeaderEpoch, Replicas: p.Replicas, ISR: p.Isr, LogStartOffset: p.LogStartOffset,
-				HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes})
+				HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes, Stats: partitionStats(p.Stats)})
 		}
 		out = d
 		return nil
 	})
 	return out, err
+}
+
+func partitionStats(s *runnelv1.PartitionStats) *PartitionStats {
+	if s == nil {
+		return nil
+	}
+	rate := func(r *runnelv1.PartitionRate) PartitionRate {
+		return PartitionRate{BytesPerSec: r.GetBytesInPerSec(), RecordsPerSec: r.GetRecordsInPerSec()}
+	}
+	return &PartitionStats{LastMinute: rate(s.LastMinute), LastFiveMinutes: rate(s.LastFiveMinutes),
+		BytesInPerMinute: s.BytesInPerMinute, RecordsInPerMinute: s.RecordsInPerMinute,
+		BytesInTotal: s.BytesInTotal, RecordsInTotal: s.RecordsInTotal, Window: time.Duration(s.WindowMs) * time.Millisecond}
 }
 
 // AlterTopicConfig sets configs of a topic and returns deleted ones to the broker default (as

@@ -10,6 +10,7 @@ import (
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
+	"github.com/runnel-io/runnel/client/telemetry"
 )
 
 // Consumer reads explicitly assigned partitions (for partitions shared out by a consumer group, see
@@ -23,6 +24,7 @@ import (
 type Consumer struct {
 	cfg consumerConfig
 	cl  *cluster
+	tr  *telemetry.Tracer // nil: tracing off (WithTelemetry(nil))
 
 	mu       sync.Mutex
 	parts    map[tp]*cpart
@@ -35,6 +37,9 @@ type Consumer struct {
 
 	metaMu   sync.Mutex
 	lastMeta time.Time
+
+	msgMu sync.Mutex          // held while msgs is in use
+	msgs  []telemetry.Message // scratch of received, kept between polls
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -108,7 +113,7 @@ func NewConsumer(brokers []string, opts ...ConsumerOption) (*Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, cl: cl, parts: map[tp]*cpart{}, readyCh: make(chan struct{}, 1), fetchers: map[int32]*fetcher{}}
+	c := &Consumer{cfg: cfg, cl: cl, tr: cfg.common.tracer(), parts: map[tp]*cpart{}, readyCh: make(chan struct{}, 1), fetchers: map[int32]*fetcher{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -243,8 +248,13 @@ func (c *Consumer) HighWatermark(topic string, partition int32) int64 {
 // log, a corrupt batch) makes Poll return a *PartitionError naming it, on every call, until Seek,
 // Assign or Unassign of that partition; the other partitions wait meanwhile, as in Kafka. After Close,
 // Poll returns ErrClosed.
+//
+// With tracing on (WithTelemetry), each Poll that returns records records a "receive" span linked to
+// the producers' batch spans; StartProcess starts the span of processing one record.
 func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
+	start := time.Now()
 	recs, _, err := c.poll(ctx, nil)
+	c.received(ctx, "", start, recs)
 	return recs, err
 }
 

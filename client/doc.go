@@ -40,6 +40,11 @@
 // WithRetryBackoff, WithMetadataMaxAge, WithLogger, WithDialOptions) fit every client; consumer
 // options (fetch sizes and waits) fit both consumers.
 //
+// Tracing goes through package telemetry (WithTelemetry; by default the global OpenTelemetry
+// provider): a "send" span per produced batch whose W3C trace context travels in its records' headers,
+// a "receive" span per Poll, and StartProcess for the span of processing one record, linked to the
+// producer's. See docs/telemetry.md.
+//
 // Choices that differ from Kafka's Java client, and why:
 //   - batch.size defaults to 1 MiB (Kafka: 16 KiB): a gRPC request costs more than a Kafka one, and
 //     large batches are what lets one producer write a million records a second.

@@ -168,7 +168,7 @@ func NewGroupConsumer(brokers []string, group string, opts ...GroupOption) (*Gro
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg.consumer, cl: cl, parts: map[tp]*cpart{}, readyCh: make(chan struct{}, 1), fetchers: map[int32]*fetcher{}}
+	c := &Consumer{cfg: cfg.consumer, cl: cl, tr: cfg.consumer.common.tracer(), parts: map[tp]*cpart{}, readyCh: make(chan struct{}, 1), fetchers: map[int32]*fetcher{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	g := &GroupConsumer{cfg: cfg, group: group, c: c, cl: cl, coord: newCoordinator(cl), log: cfg.consumer.common.logger,
 		eventCh: make(chan struct{}, 1), hbWake: make(chan struct{}, 1), hbDone: make(chan struct{}),
@@ -241,7 +241,17 @@ func wake(ch chan struct{}) {
 // Errors: a fatal membership error (see GroupConsumer), returned by every call; a *PartitionError for
 // a partition that cannot be read (a corrupt batch; an out-of-range position is reset by the
 // auto-offset-reset rule instead); ErrClosed after Close. Poll before Subscribe is an error.
+//
+// With tracing on (WithTelemetry), each Poll that returns records records a "receive" span linked to
+// the producers' batch spans; StartProcess starts the span of processing one record.
 func (g *GroupConsumer) Poll(ctx context.Context) ([]*Record, error) {
+	start := time.Now()
+	recs, err := g.poll(ctx)
+	g.c.received(ctx, g.group, start, recs)
+	return recs, err
+}
+
+func (g *GroupConsumer) poll(ctx context.Context) ([]*Record, error) {
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()

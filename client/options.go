@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/runnel-io/runnel/client/batch"
+	"github.com/runnel-io/runnel/client/telemetry"
 	"google.golang.org/grpc"
 )
 
@@ -44,6 +45,8 @@ type commonConfig struct {
 	metadataMaxAge  time.Duration
 	logger          *slog.Logger
 	dialOptions     []grpc.DialOption
+	tr              *telemetry.Tracer // from WithTelemetry; meaningful when trSet
+	trSet           bool
 	errs            []error // problems found while applying options, reported by validate
 }
 
@@ -123,6 +126,24 @@ func WithLogger(l *slog.Logger) Option {
 // 10s.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return commonOpt(func(c *commonConfig) { c.dialOptions = append(c.dialOptions, opts...) })
+}
+
+// WithTelemetry sets the tracer the Producer's batch spans and the consumers' receive and process
+// spans come from (see package telemetry and docs/telemetry.md). Default: telemetry.NewTracer(), over
+// the global OpenTelemetry tracer provider and propagator, resolved when the client is made; the global
+// provider is a no-op until the application installs one, so by default records carry no trace context
+// unless Produce's ctx holds a sampled span, and a produced batch costs a no-op span. nil turns tracing
+// off entirely: no spans, no headers, not even the no-op span. Admin ignores it.
+func WithTelemetry(tr *telemetry.Tracer) Option {
+	return commonOpt(func(c *commonConfig) { c.tr, c.trSet = tr, true })
+}
+
+// tracer returns the Tracer the client uses: WithTelemetry's, or one over the global provider.
+func (c *commonConfig) tracer() *telemetry.Tracer {
+	if c.trSet {
+		return c.tr
+	}
+	return telemetry.NewTracer()
 }
 
 // Producer options.

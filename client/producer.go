@@ -12,6 +12,7 @@ import (
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
+	"github.com/runnel-io/runnel/client/telemetry"
 )
 
 // Producer writes records to topics. Produce is asynchronous: records are encoded at once into their
@@ -33,6 +34,7 @@ type Producer struct {
 	cl     *cluster
 	sticky StickyPartitioner // cfg.partitioner when it implements StickyPartitioner
 	acks   runnelv1.Acks
+	tr     *telemetry.Tracer // nil: tracing off (WithTelemetry(nil))
 
 	buf      bufLimiter
 	flushing atomic.Int32 // > 0: send open batches without waiting for the linger
@@ -115,6 +117,7 @@ type pbatch struct {
 	wire     []byte    // the built batch once sealed
 	attempts int
 	lastErr  error
+	send     *telemetry.SendSpan // the batch's span; nil when not traced
 	// outcome
 	base       int64
 	appendTime int64
@@ -135,6 +138,7 @@ func NewProducer(brokers []string, opts ...ProducerOption) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, cl: cl, sinks: map[int32]*sink{}, metaWake: make(chan struct{}, 1), drained: make(chan struct{})}
 	p.sticky, _ = cfg.partitioner.(StickyPartitioner)
+	p.tr = cfg.common.tracer()
 	switch cfg.acks {
 	case AcksAll:
 		p.acks = runnelv1.Acks_ACKS_ALL
@@ -178,7 +182,10 @@ func (p *Producer) exit() {
 //
 // Produce returns once the record is in a batch. It blocks while the topic's metadata is first loaded
 // (at most the delivery timeout) and while the buffered bytes are at their cap; ctx ends those waits
-// (the promise then gets ctx.Err()) and has no effect once the record is buffered.
+// (the promise then gets ctx.Err()) and has no effect once the record is buffered. With tracing on
+// (WithTelemetry, or a global tracer provider), ctx's span is the parent of the span of the batch the
+// record opens, or is linked from the batch's span it joins; the records of a traced batch carry its
+// trace context headers (traceparent) after their own.
 //
 // r must not be modified until the promise runs; the producer writes r.Partition, r.Offset and, when
 // zero, r.Timestamp.
@@ -561,31 +568,50 @@ func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise fun
 	for attempt := 0; ; attempt++ {
 		pp := parts[part]
 		pp.mu.Lock()
-		if b := pp.cur; b != nil && b.bld.Size()+b.bld.RecordSize(ts, r.Key, r.Value, r.Headers) > p.cfg.batchBytes {
-			pp.sealLocked(p)
-			s := pp.sink
-			pp.mu.Unlock()
-			s.wake()
-			if p.sticky != nil {
-				p.sticky.OnBatchSealed(pp.topic, pp.id, n)
-				if auto && attempt == 0 {
-					// KIP-480: a keyless record that would start a new batch follows the sticky
-					// partition to its next place.
-					if np := p.cfg.partitioner.Partition(r, n); np >= 0 && np < n {
-						part = np
+		b := pp.cur
+		// The record is encoded with its batch's trace context headers (none when the batch is not
+		// traced: hs is then r.Headers, with no allocation), so whether it fits is judged with them.
+		var hs []batch.RecordHeader
+		if b != nil {
+			hs = b.send.Headers(r.Headers)
+			if b.bld.Size()+b.bld.RecordSize(ts, r.Key, r.Value, hs) > p.cfg.batchBytes {
+				pp.sealLocked(p)
+				s := pp.sink
+				pp.mu.Unlock()
+				s.wake()
+				if p.sticky != nil {
+					p.sticky.OnBatchSealed(pp.topic, pp.id, n)
+					if auto && attempt == 0 {
+						// KIP-480: a keyless record that would start a new batch follows the sticky
+						// partition to its next place.
+						if np := p.cfg.partitioner.Partition(r, n); np >= 0 && np < n {
+							part = np
+						}
 					}
 				}
+				continue
 			}
-			continue
+			b.send.Link(ctx) // a record from another trace than the first record's
 		}
 		var wake *sink
-		b := pp.cur
 		if b == nil {
 			b = p.newBatch(pp)
+			// The batch's span is a child of its first record's context; later records link to it.
+			b.send = p.tr.StartSend(ctx, pp.topic, pp.id)
+			hs = b.send.Headers(r.Headers)
 			pp.cur = b
 			wake = pp.sink // the sink times the linger from now
 		}
-		b.bld.Append(ts, r.Key, r.Value, r.Headers)
+		if b.send != nil {
+			// Produce reserved the record's size without the trace context headers, which only the
+			// batch decides. The difference (about 70 bytes) is taken without waiting: waiting here,
+			// under the partition's lock, would block the releases it waits for.
+			if extra := int64(batch.RecordSize(r.Key, r.Value, hs) - size); extra > 0 {
+				p.buf.force(extra)
+				size += int(extra)
+			}
+		}
+		b.bld.Append(ts, r.Key, r.Value, hs)
 		b.recs = append(b.recs, pending{r: r, fn: promise})
 		b.bytes += int64(size)
 		r.Partition = part
@@ -613,7 +639,7 @@ func (p *Producer) newBatch(pp *ppart) *pbatch {
 func (p *Producer) putBatch(b *pbatch) {
 	clear(b.recs)
 	b.recs = b.recs[:0]
-	b.bytes, b.wire, b.attempts, b.lastErr, b.err = 0, nil, 0, nil, nil
+	b.bytes, b.wire, b.attempts, b.lastErr, b.err, b.send = 0, nil, 0, nil, nil, nil
 	if b.bld.Size() > 2*p.cfg.batchBytes || p.acks == runnelv1.Acks_ACKS_NONE {
 		return // an outsized buffer (or one gRPC may still read, with acks=0) is left to the GC
 	}
@@ -708,6 +734,7 @@ func cmpU64(a, b uint64) int {
 func (p *Producer) finish(b *pbatch) {
 	p.buf.release(b.bytes) // first, so Produce calls waiting for space go on while promises run
 	err := b.err
+	b.send.End(b.base, len(b.recs), err)
 	for i := range b.recs {
 		pr := &b.recs[i]
 		if err == nil {
@@ -775,6 +802,10 @@ func (l *bufLimiter) acquire(ctx context.Context, n int64, onWait func()) error 
 		}
 	}
 }
+
+// force takes n bytes even beyond the cap, for what must be accounted but cannot wait (a record's
+// trace context headers, known only under its partition's lock).
+func (l *bufLimiter) force(n int64) { l.used.Add(n) }
 
 func (l *bufLimiter) release(n int64) {
 	l.used.Add(-n)

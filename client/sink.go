@@ -247,7 +247,10 @@ func (s *sink) send(req *request) {
 		Partitions:    make([]*runnelv1.ProducePartition, len(req.batches)),
 	}
 	for i, b := range req.batches {
-		pr.Partitions[i] = &runnelv1.ProducePartition{Topic: req.parts[i].topic, Partition: req.parts[i].id, Records: b.wire}
+		// A stream has one context for its lifetime, so each partition carries its batch's trace
+		// context itself (nil when the batch is not traced).
+		pr.Partitions[i] = &runnelv1.ProducePartition{Topic: req.parts[i].topic, Partition: req.parts[i].id, Records: b.wire,
+			TraceContext: b.send.TraceContext()}
 	}
 	req.gen, req.sent = gen, time.Now()
 	acked := p.acks != runnelv1.Acks_ACKS_NONE

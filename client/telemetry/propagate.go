@@ -76,8 +76,11 @@ func Inject(ctx context.Context, p propagation.TextMapPropagator, headers []batc
 	if p == nil {
 		p = DefaultPropagator()
 	}
-	p.Inject(ctx, HeaderCarrier{Headers: &headers})
-	return headers
+	// A copy, because the carrier points at it: taking the parameter's address would move it to the
+	// heap on entry, an allocation for every call, even those that return above.
+	hs := headers
+	p.Inject(ctx, HeaderCarrier{Headers: &hs})
+	return hs
 }
 
 // Extract returns ctx with the trace context (and baggage, per p) that p (DefaultPropagator when nil)
@@ -90,7 +93,10 @@ func Extract(ctx context.Context, p propagation.TextMapPropagator, headers []bat
 	if p == nil {
 		p = DefaultPropagator()
 	}
-	return p.Extract(ctx, HeaderCarrier{Headers: &headers})
+	// A copy, because the carrier points at it: taking the parameter's address would move it to the
+	// heap on entry, an allocation for every record a consumer looks at, headers or not.
+	hs := headers
+	return p.Extract(ctx, HeaderCarrier{Headers: &hs})
 }
 
 // ProducerSpanContext returns the span context carried by headers (invalid when none): the producer's

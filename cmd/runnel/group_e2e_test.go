@@ -133,10 +133,11 @@ func TestCLIGroups(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // polling the group's state
 	}
-	if m := v.Members[0]; m.MemberEpoch <= 0 || len(m.Assignment) != 3 || len(m.SubscribedTopics) != 1 {
+	if m := v.Members[0]; m.MemberEpoch <= 0 || len(m.Assignment) != 3 || len(m.SubscribedTopics) != 1 || m.ClientID != "runnel-cli" {
 		t.Fatalf("member: %+v", m)
 	}
-	if r := mustCLI(t, "", "group", "describe", "g", b); !strings.Contains(r.stdout, v.Members[0].MemberID) || !strings.Contains(r.stdout, "t:0,1,2") {
+	if r := mustCLI(t, "", "group", "describe", "g", b); !strings.Contains(r.stdout, v.Members[0].MemberID) || !strings.Contains(r.stdout, "t:0,1,2") ||
+		!strings.Contains(r.stdout, "runnel-cli") {
 		t.Fatalf("describe with a member: %s", r.stdout)
 	}
 	if r := runCLI(t, "", "group", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--execute", b); r.code != 1 || !strings.Contains(r.stderr, "NON_EMPTY_GROUP") {

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/runnel-io/runnel/api/rerr"
 	"github.com/runnel-io/runnel/client"
@@ -231,6 +233,27 @@ type partitionView struct {
 	HighWatermark  int64   `json:"high_watermark"`
 	LogEndOffset   int64   `json:"log_end_offset"`
 	SizeBytes      int64   `json:"size_bytes"`
+	// Stats is set with --stats when the broker keeps rates.
+	Stats *statsView `json:"stats,omitempty"`
+}
+
+// statsView is one partition's produce rates in `topic describe --stats -o json`.
+type statsView struct {
+	LastMinute         rateView `json:"last_minute"`
+	LastFiveMinutes    rateView `json:"last_five_minutes"`
+	BytesInPerMinute   []int64  `json:"bytes_in_per_minute"`
+	RecordsInPerMinute []int64  `json:"records_in_per_minute"`
+	BytesInTotal       int64    `json:"bytes_in_total"`
+	RecordsInTotal     int64    `json:"records_in_total"`
+	WindowMs           int64    `json:"window_ms"`
+}
+
+// rateView is a partition's rate over one window, with its share of the topic's records per second
+// in that window (0 to 1; 0 when the topic got no records): the number that shows a hot partition.
+type rateView struct {
+	BytesPerSec   float64 `json:"bytes_in_per_sec"`
+	RecordsPerSec float64 `json:"records_in_per_sec"`
+	RecordsShare  float64 `json:"records_share"`
 }
 
 // topicView is `topic describe -o json` for one topic.
@@ -261,7 +284,41 @@ func toTopicView(d *client.TopicDescription) topicView {
 			HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes})
 	}
 	sort.Slice(v.Partitions, func(i, j int) bool { return v.Partitions[i].Partition < v.Partitions[j].Partition })
+	addStats(&v, d)
 	return v
+}
+
+// addStats fills the partitions' stats views from d, with each partition's share of the topic's
+// records per second, which needs the whole topic.
+func addStats(v *topicView, d *client.TopicDescription) {
+	var sum1, sum5 float64
+	for _, p := range d.Partitions {
+		if p.Stats != nil {
+			sum1 += p.Stats.LastMinute.RecordsPerSec
+			sum5 += p.Stats.LastFiveMinutes.RecordsPerSec
+		}
+	}
+	share := func(x, sum float64) float64 {
+		if sum <= 0 {
+			return 0
+		}
+		return x / sum
+	}
+	stats := map[int32]*client.PartitionStats{}
+	for _, p := range d.Partitions {
+		stats[p.Partition] = p.Stats
+	}
+	for i := range v.Partitions {
+		s := stats[v.Partitions[i].Partition]
+		if s == nil {
+			continue
+		}
+		v.Partitions[i].Stats = &statsView{
+			LastMinute:       rateView{s.LastMinute.BytesPerSec, s.LastMinute.RecordsPerSec, share(s.LastMinute.RecordsPerSec, sum1)},
+			LastFiveMinutes:  rateView{s.LastFiveMinutes.BytesPerSec, s.LastFiveMinutes.RecordsPerSec, share(s.LastFiveMinutes.RecordsPerSec, sum5)},
+			BytesInPerMinute: s.BytesInPerMinute, RecordsInPerMinute: s.RecordsInPerMinute,
+			BytesInTotal: s.BytesInTotal, RecordsInTotal: s.RecordsInTotal, WindowMs: s.Window.Milliseconds()}
+	}
 }
 
 func nonNil(s []int32) []int32 {
@@ -318,12 +375,72 @@ func printTopicView(w io.Writer, v topicView) error {
 	return err
 }
 
+// printStats prints the partitions' produce rates and shares of the topic's records per second, and
+// marks partitions that take at least twice their even share ("hot").
+func printStats(w io.Writer, v topicView) error {
+	fmt.Fprintln(w, "\nPRODUCE RATES (on each partition's leader; share: of the topic's records/s)")
+	n, kept := len(v.Partitions), 0
+	for _, p := range v.Partitions {
+		if p.Stats != nil {
+			kept++
+		}
+	}
+	if kept == 0 {
+		_, err := fmt.Fprintln(w, "not kept by the broker (its telemetry is disabled)")
+		return err
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "PARTITION\tBYTES/S 1M\tRECORDS/S 1M\tSHARE 1M\tBYTES/S 5M\tRECORDS/S 5M\tSHARE 5M\t")
+	var window int64
+	for _, p := range v.Partitions {
+		s := p.Stats
+		if s == nil {
+			fmt.Fprintf(tw, "%d\t-\t-\t-\t-\t-\t-\t\n", p.Partition)
+			continue
+		}
+		window = max(window, s.WindowMs)
+		hot := ""
+		if n > 1 && s.LastFiveMinutes.RecordsShare >= 2/float64(n) {
+			hot = "hot"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Partition,
+			perSec(s.LastMinute.BytesPerSec), perSec(s.LastMinute.RecordsPerSec), percent(s.LastMinute.RecordsShare),
+			perSec(s.LastFiveMinutes.BytesPerSec), perSec(s.LastFiveMinutes.RecordsPerSec), percent(s.LastFiveMinutes.RecordsShare), hot)
+	}
+	tw.Flush()
+	if window < (5 * time.Minute).Milliseconds() {
+		_, err := fmt.Fprintf(w, "the broker started %v ago: the 5-minute rates cover that time only\n", max(time.Duration(window)*time.Millisecond, time.Second).Round(time.Second))
+		return err
+	}
+	return nil
+}
+
+// perSec formats a per-second rate with two decimals below 100 and none above, so small test rates and
+// large production ones both read well.
+func perSec(x float64) string {
+	if x >= 100 {
+		return comma(int64(x + 0.5))
+	}
+	return strconv.FormatFloat(x, 'f', 2, 64)
+}
+
+func percent(x float64) string { return strconv.FormatFloat(100*x, 'f', 1, 64) + "%" }
+
 func newTopicDescribeCmd(a *app) *cobra.Command {
-	var output string
+	var (
+		output string
+		stats  bool
+	)
 	cmd := &cobra.Command{
 		Use:   "describe TOPIC...",
 		Short: "Show a topic's configs and partitions with their offsets",
-		Args:  args(1, -1, "at least one TOPIC"),
+		Long: `Show a topic's configs and partitions with their offsets.
+
+--stats adds each partition's produce rates (bytes and records per second over the last minute and the
+last five minutes, as counted by its leader since it started) and its share of the topic's records per
+second, so a hot partition stands out: see docs/hot-keys.md for what to do about one.`,
+		Example: `  runnel topic describe flights --stats`,
+		Args:    args(1, -1, "at least one TOPIC"),
 		RunE: func(cmd *cobra.Command, names []string) error {
 			out, err := parseOutput(output, formatTable, formatJSON)
 			if err != nil {
@@ -332,7 +449,11 @@ func newTopicDescribeCmd(a *app) *cobra.Command {
 			return withAdmin(a, func(adm *client.Admin) error {
 				var views []topicView
 				for _, name := range names {
-					d, err := adm.DescribeTopic(cmd.Context(), name)
+					describe := adm.DescribeTopic
+					if stats {
+						describe = adm.DescribeTopicWithStats
+					}
+					d, err := describe(cmd.Context(), name)
 					if err != nil {
 						return fmt.Errorf("describe topic %q: %w", name, err)
 					}
@@ -352,12 +473,18 @@ func newTopicDescribeCmd(a *app) *cobra.Command {
 					if err := printTopicView(w, v); err != nil {
 						return err
 					}
+					if stats {
+						if err := printStats(w, v); err != nil {
+							return err
+						}
+					}
 				}
 				return nil
 			})
 		},
 	}
 	addOutputFlag(cmd, &output, formatTable, formatJSON)
+	cmd.Flags().BoolVar(&stats, "stats", false, "add each partition's produce rates and share of the topic's records/s")
 	return cmd
 }
 
