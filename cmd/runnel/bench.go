@@ -369,20 +369,12 @@ bench-<time> is used, so every run reads everything.`,
 			if err != nil {
 				return &usageError{err}
 			}
-			brokers, err := a.brokerList()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
-			adm, err := a.newAdmin(brokers)
+			brokers, adm, parts, err := openTopic(ctx, a, bf.topic)
 			if err != nil {
 				return err
 			}
 			defer adm.Close()
-			parts, err := topicPartitionsWith(ctx, adm, bf.topic)
-			if err != nil {
-				return err
-			}
 			target := bf.count
 			if target == 0 {
 				ends, err := latestOffsets(ctx, adm, bf.topic, parts)
@@ -474,20 +466,12 @@ func benchConsumeGroup(cmd *cobra.Command, a *app, bf *benchFlags, group string,
 	if err != nil {
 		return &usageError{err}
 	}
-	brokers, err := a.brokerList()
-	if err != nil {
-		return err
-	}
 	ctx := cmd.Context()
-	adm, err := a.newAdmin(brokers)
+	brokers, adm, parts, err := openTopic(ctx, a, bf.topic)
 	if err != nil {
 		return err
 	}
 	defer adm.Close()
-	parts, err := topicPartitionsWith(ctx, adm, bf.topic)
-	if err != nil {
-		return err
-	}
 	target := bf.count
 	if target == 0 {
 		committed := map[int32]int64{}

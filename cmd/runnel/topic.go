@@ -549,6 +549,25 @@ func topicPartitions(ctx context.Context, a *app, brokers []string, topic string
 	return topicPartitionsWith(ctx, adm, topic)
 }
 
+// openTopic resolves the broker list, opens an Admin client (the caller closes it) and returns the
+// topic's partition numbers: what every verb that reads a whole topic starts with.
+func openTopic(ctx context.Context, a *app, topic string) ([]string, *client.Admin, []int32, error) {
+	brokers, err := a.brokerList()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	adm, err := a.newAdmin(brokers)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	parts, err := topicPartitionsWith(ctx, adm, topic)
+	if err != nil {
+		adm.Close()
+		return nil, nil, nil, err
+	}
+	return brokers, adm, parts, nil
+}
+
 func topicPartitionsWith(ctx context.Context, adm *client.Admin, topic string) ([]int32, error) {
 	md, err := adm.Metadata(ctx, topic)
 	if err == nil {
