@@ -23,7 +23,7 @@ run: build ## run one node with embedded storage (data in ./data/dev, gRPC 127.0
 test: ## unit, bad-input and recovery tests with the race detector, plus a short fuzz of each decoder
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
-	$(MAKE) fuzz FUZZTIME=5s
+	$(MAKE) fuzz FUZZTIME=20000x
 
 test-long: ## the 3-million-record consumer-group no-skips run with member crashes (RUNNEL_LONG=1)
 	RUNNEL_LONG=1 $(GO) test -race -count=1 -timeout 20m -run 'TestGroupNoSkipsFull' ./client/
