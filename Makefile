@@ -20,9 +20,11 @@ ARGS ?=
 run: build ## run one node with embedded storage (data in ./data/dev, gRPC 127.0.0.1:7070, HTTP 127.0.0.1:7071); ARGS='--grpc-addr ...' passes flags
 	./$(BIN) dev $(ARGS)
 
-test: ## unit, bad-input and recovery tests with the race detector, plus a short fuzz of each decoder
+test: ## unit, bad-input and recovery tests with the race detector, the multi-process cluster tests (e2e/), a short fuzz of each decoder
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 12m ./...
+	$(GO) test -race -count=1 -timeout 12m $$($(GO) list ./... | grep -v /e2e)
+	# The cluster tests run several node processes each: alone, so they do not starve the others' timers.
+	$(GO) test -race -count=1 -timeout 8m ./e2e/
 	$(MAKE) fuzz FUZZTIME=20000x
 
 test-long: ## the 3-million-record consumer-group no-skips run with member crashes (RUNNEL_LONG=1)
@@ -50,7 +52,7 @@ proto: ## regenerate api/runnel/v1 from its .proto (needs protoc: apt-get instal
 	GOBIN=$(HOME)/go/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	GOBIN=$(HOME)/go/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 	protoc -I api --go_out=api --go_opt=paths=source_relative \
-		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/runnel/v1/runnel.proto api/runnel/v1/groups.proto
+		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/runnel/v1/runnel.proto api/runnel/v1/groups.proto api/runnel/v1/cluster.proto
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -2,66 +2,68 @@ package broker
 
 import (
 	"context"
-	"fmt"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/meta"
-	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/broker/topiccfg"
 )
 
-// CreateTopics implements runnelv1.AdminServer. Each topic succeeds or fails on its own.
-func (b *Broker) CreateTopics(_ context.Context, req *runnelv1.CreateTopicsRequest) (*runnelv1.CreateTopicsResponse, error) {
+// CreateTopics implements runnelv1.AdminServer. Each topic succeeds or fails on its own; a created
+// topic is in this node's metadata when the call returns, so a Metadata call to it that follows finds it.
+func (b *Broker) CreateTopics(ctx context.Context, req *runnelv1.CreateTopicsRequest) (*runnelv1.CreateTopicsResponse, error) {
 	resp := &runnelv1.CreateTopicsResponse{}
 	for _, nt := range req.Topics {
 		r := &runnelv1.TopicResult{Name: nt.Name}
 		resp.Topics = append(resp.Topics, r)
 		spec := meta.Spec{Name: nt.Name, Partitions: nt.Partitions, ReplicationFactor: nt.ReplicationFactor, Configs: nt.Configs}
 		if req.ValidateOnly {
-			t, err := b.meta.Validate(spec)
-			if err != nil {
+			if _, err := b.md.Image().ValidateCreate(spec); err != nil {
 				r.Error = rerr.ToInfo(err)
-			} else {
-				r.TopicId = t.ID
 			}
 			continue
 		}
-		t, err := b.createTopic(spec)
+		t, err := b.createTopic(ctx, spec)
 		if err != nil {
 			r.Error = rerr.ToInfo(err)
 			continue
 		}
 		r.TopicId = t.ID
-		b.log.Info("topic created", "topic", t.Name, "partitions", t.Partitions, "configs", t.Overrides)
+		b.log.Info("topic created", "topic", t.Name, "partitions", t.Partitions, "replication_factor", t.ReplicationFactor, "configs", t.Overrides)
 	}
 	return resp, nil
 }
 
-func (b *Broker) createTopic(spec meta.Spec) (*meta.Topic, error) {
-	b.mu.Lock() // serialises creates and deletes with the partition map
-	defer b.mu.Unlock()
-	t, err := b.meta.Create(spec)
+// createTopic validates spec against this node's image (so bad input is refused without a round trip),
+// then proposes it to the controller, which validates again against the latest image.
+func (b *Broker) createTopic(ctx context.Context, spec meta.Spec) (*meta.Topic, error) {
+	if _, err := b.md.Image().ValidateCreate(spec); err != nil {
+		return nil, err
+	}
+	img, err := b.md.Propose(ctx, meta.Command{Type: meta.CmdCreateTopic, Spec: &spec, TopicID: uuid.NewString(),
+		CreatedMs: time.Now().UnixMilli()})
 	if err != nil {
 		return nil, err
 	}
-	ps, err := b.openPartitions(t)
-	if err != nil {
-		return nil, err
+	t, ok := img.Topic(spec.Name)
+	if !ok {
+		return nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q was deleted right after it was created", spec.Name)
 	}
-	b.parts[t.Name] = ps
 	return t, nil
 }
 
-// DeleteTopics implements runnelv1.AdminServer: metadata goes first, so no new request finds the topic,
-// then each partition's data is dropped, which wakes fetches waiting on it (they answer
+// DeleteTopics implements runnelv1.AdminServer: the controller removes the topic from the metadata, and
+// every replica drops its data as it applies that (which wakes fetches waiting on it: they answer
 // UNKNOWN_TOPIC_OR_PARTITION).
-func (b *Broker) DeleteTopics(_ context.Context, req *runnelv1.DeleteTopicsRequest) (*runnelv1.DeleteTopicsResponse, error) {
+func (b *Broker) DeleteTopics(ctx context.Context, req *runnelv1.DeleteTopicsRequest) (*runnelv1.DeleteTopicsResponse, error) {
 	resp := &runnelv1.DeleteTopicsResponse{}
 	for _, name := range req.Topics {
 		r := &runnelv1.TopicResult{Name: name}
 		resp.Topics = append(resp.Topics, r)
-		t, err := b.deleteTopic(name)
+		t, err := b.deleteTopic(ctx, name)
 		if err != nil {
 			r.Error = rerr.ToInfo(err)
 			continue
@@ -72,22 +74,22 @@ func (b *Broker) DeleteTopics(_ context.Context, req *runnelv1.DeleteTopicsReque
 	return resp, nil
 }
 
-func (b *Broker) deleteTopic(name string) (*meta.Topic, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if t, ok := b.meta.Get(name); ok && t.Internal {
+func (b *Broker) deleteTopic(ctx context.Context, name string) (*meta.Topic, error) {
+	t, ok := b.md.Image().Topic(name)
+	if !ok {
+		return nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q does not exist", name)
+	}
+	if t.Internal {
 		return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "topic %q is internal and cannot be deleted", name)
 	}
-	t, err := b.meta.Delete(name)
+	img, err := b.md.Propose(ctx, meta.Command{Type: meta.CmdDeleteTopic, Name: name})
 	if err != nil {
 		return nil, err
 	}
-	delete(b.parts, name)
-	b.tel.ForgetTopic(name)
-	for i := int32(0); i < t.Partitions; i++ {
-		if err := b.store.DeletePartition(plog.PartitionID{TopicNum: t.Num, Partition: i}); err != nil {
-			return t, fmt.Errorf("drop data of %s-%d: %w", name, i, err)
-		}
+	// Drop the local data now rather than when the metadata loop gets to it, so the caller's next
+	// request sees it gone.
+	if err := b.reconcile(img); err != nil {
+		return t, err
 	}
 	return t, nil
 }
@@ -95,7 +97,7 @@ func (b *Broker) deleteTopic(name string) (*meta.Topic, error) {
 // ListTopics implements runnelv1.AdminServer.
 func (b *Broker) ListTopics(_ context.Context, req *runnelv1.ListTopicsRequest) (*runnelv1.ListTopicsResponse, error) {
 	resp := &runnelv1.ListTopicsResponse{}
-	for _, t := range b.meta.List() {
+	for _, t := range b.md.Image().TopicList() {
 		if t.Internal && !req.IncludeInternal {
 			continue
 		}
@@ -105,13 +107,15 @@ func (b *Broker) ListTopics(_ context.Context, req *runnelv1.ListTopicsRequest) 
 	return resp, nil
 }
 
-// DescribeTopics implements runnelv1.AdminServer: configs with effective values, and each partition's
-// offsets and size, and with include_stats its produce rates on this broker. An empty topic list
-// describes every topic.
+// DescribeTopics implements runnelv1.AdminServer: configs with effective values, each partition's
+// leader, replicas and ISR, and the offsets and size of the partition's log on this broker (with
+// include_stats its produce rates here too); -1 offsets for partitions this broker holds no replica of.
+// The SDK asks each partition's leader for its offsets. An empty topic list describes every topic.
 func (b *Broker) DescribeTopics(_ context.Context, req *runnelv1.DescribeTopicsRequest) (*runnelv1.DescribeTopicsResponse, error) {
+	img := b.md.Image()
 	names := req.Topics
 	if len(names) == 0 {
-		for _, t := range b.meta.List() {
+		for _, t := range img.TopicList() {
 			names = append(names, t.Name)
 		}
 	}
@@ -119,21 +123,23 @@ func (b *Broker) DescribeTopics(_ context.Context, req *runnelv1.DescribeTopicsR
 	for _, name := range names {
 		d := &runnelv1.TopicDescription{Name: name}
 		resp.Topics = append(resp.Topics, d)
-		t, ok := b.meta.Get(name)
-		b.mu.RLock()
-		ps := b.parts[name]
-		b.mu.RUnlock()
-		if !ok || ps == nil {
+		t, ok := img.Topic(name)
+		if !ok {
 			d.Error = rerr.ToInfo(rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q does not exist", name))
 			continue
 		}
 		d.TopicId, d.ReplicationFactor, d.Internal = t.ID, t.ReplicationFactor, t.Internal
 		d.Configs = topiccfg.Entries(t.Overrides)
-		for i, p := range ps {
-			d.Partitions = append(d.Partitions, &runnelv1.PartitionDescription{Partition: int32(i), LeaderId: b.cfg.NodeID,
-				Replicas: []int32{b.cfg.NodeID}, Isr: []int32{b.cfg.NodeID}, LogStartOffset: p.LogStartOffset(),
-				HighWatermark: p.HighWatermark(), LogEndOffset: p.LogEndOffset(), SizeBytes: p.Size(),
-				Stats: b.tel.PartitionStats(name, int32(i), req.IncludeStats)})
+		logs := b.localTopicLogs(t)
+		for i, st := range t.Assignment {
+			pd := &runnelv1.PartitionDescription{Partition: int32(i), LeaderId: st.Leader, LeaderEpoch: st.LeaderEpoch,
+				Replicas: st.Replicas, Isr: st.ISR, LogStartOffset: -1, HighWatermark: -1, LogEndOffset: -1}
+			if i < len(logs) && logs[i] != nil {
+				p := logs[i]
+				pd.LogStartOffset, pd.HighWatermark, pd.LogEndOffset, pd.SizeBytes = p.LogStartOffset(), p.HighWatermark(), p.LogEndOffset(), p.Size()
+				pd.Stats = b.tel.PartitionStats(name, int32(i), req.IncludeStats)
+			}
+			d.Partitions = append(d.Partitions, pd)
 		}
 	}
 	return resp, nil
@@ -142,12 +148,19 @@ func (b *Broker) DescribeTopics(_ context.Context, req *runnelv1.DescribeTopicsR
 // AlterTopicConfigs implements runnelv1.AdminServer (incremental, as kafka-configs --alter): set
 // assigns, delete returns to defaults. Fails as a whole with INVALID_CONFIG or UNKNOWN_TOPIC_OR_PARTITION
 // and then changes nothing.
-func (b *Broker) AlterTopicConfigs(_ context.Context, req *runnelv1.AlterTopicConfigsRequest) (*runnelv1.AlterTopicConfigsResponse, error) {
-	t, err := b.meta.Alter(req.Topic, req.Set, req.Delete, req.ValidateOnly)
+func (b *Broker) AlterTopicConfigs(ctx context.Context, req *runnelv1.AlterTopicConfigsRequest) (*runnelv1.AlterTopicConfigsResponse, error) {
+	t, err := b.md.Image().ValidateAlter(req.Topic, req.Set, req.Delete)
 	if err != nil {
 		return nil, rerr.ToStatus(err)
 	}
 	if !req.ValidateOnly {
+		img, err := b.md.Propose(ctx, meta.Command{Type: meta.CmdAlterTopicConfig, Name: req.Topic, Set: req.Set, Delete: req.Delete})
+		if err != nil {
+			return nil, rerr.ToStatus(err)
+		}
+		if nt, ok := img.Topic(req.Topic); ok {
+			t = nt
+		}
 		b.log.Info("topic configs altered", "topic", t.Name, "configs", t.Overrides)
 	}
 	return &runnelv1.AlterTopicConfigsResponse{Configs: topiccfg.Entries(t.Overrides)}, nil

@@ -42,7 +42,7 @@ type Config struct {
 	NodeID int32
 	// AdvertisedAddr is the gRPC host:port clients are told to use.
 	AdvertisedAddr string
-	// Rack is reported in metadata (rack-aware placement comes with the cluster work).
+	// Rack is reported in metadata and used for rack-aware placement.
 	Rack string
 	// RetentionCheckInterval is how often retention runs over every partition (Kafka's
 	// log.retention.check.interval.ms, default 5 minutes).
@@ -50,9 +50,28 @@ type Config struct {
 	// CompactionCheckInterval is how often the log cleaner looks at the partitions of compacted topics
 	// (default DefaultCompactionCheckInterval, 15 s); a partition that is not due costs a key scan.
 	CompactionCheckInterval time.Duration
+	// ControllerVoters is the number of controller voters, each a broker too: the fewest brokers the
+	// cluster will have, so internal topics wait for them before choosing a replication factor.
+	ControllerVoters int
 	// Telemetry records the broker's metrics and spans and keeps the partition rates of DescribeTopics;
 	// nil leaves the broker uninstrumented. The node owns it and closes it after the broker.
 	Telemetry *telemetry.Broker
+}
+
+// Metadata is the broker's window on the controller quorum (platform/controller implements it): the
+// metadata image this node has applied, and a way to change it.
+type Metadata interface {
+	// Image returns the latest metadata image applied on this node.
+	Image() *meta.Image
+	// Changed returns a channel closed when a newer image is applied.
+	Changed() <-chan struct{}
+	// Propose sends cmd to the controller leader (forwarding when this node is not it) and waits until
+	// this node has applied it; it returns that image. A command the controller refused returns its
+	// catalogue error (TOPIC_ALREADY_EXISTS, ...); a controller that cannot be reached or has no majority
+	// returns NOT_CONTROLLER or REQUEST_TIMED_OUT.
+	Propose(ctx context.Context, cmd meta.Command) (*meta.Image, error)
+	// ControllerID is the node id of the controller leader, -1 while none is known.
+	ControllerID() int32
 }
 
 // Broker serves produce, fetch, offsets, metadata and topic admin for one node.
@@ -62,20 +81,28 @@ type Broker struct {
 
 	cfg   Config
 	store *plog.Store
-	meta  *meta.Store
+	md    Metadata
 	log   *slog.Logger
 	tel   *telemetry.Broker // nil: uninstrumented
 
 	mu    sync.RWMutex
-	parts map[string][]*plog.Partition // by topic name; replaced, never changed in place
+	parts map[string]*topicLogs // by topic name: the logs of the partitions this node holds
 
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
 
-// New opens the topic metadata kept in store's DB and every topic's partition logs, and starts the
-// retention and log-cleaner loops. Close stops them; the caller closes store afterwards.
-func New(cfg Config, store *plog.Store, logger *slog.Logger) (*Broker, error) {
+// topicLogs are the local logs of one topic incarnation (a topic deleted and created again has a new
+// number, so its new logs never see the old data).
+type topicLogs struct {
+	num  uint64
+	logs []*plog.Partition // indexed by partition; nil where this node is no replica
+}
+
+// New opens the logs of the partitions the metadata image places on this node and starts the loops
+// that follow the image (opening and dropping logs as topics come and go), retention and the log
+// cleaner. Close stops them; the caller closes store afterwards.
+func New(cfg Config, store *plog.Store, md Metadata, logger *slog.Logger) (*Broker, error) {
 	if cfg.RetentionCheckInterval <= 0 {
 		cfg.RetentionCheckInterval = 5 * time.Minute
 	}
@@ -85,20 +112,13 @@ func New(cfg Config, store *plog.Store, logger *slog.Logger) (*Broker, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	m, err := meta.Open(store.DB(), 1)
-	if err != nil {
+	b := &Broker{cfg: cfg, store: store, md: md, log: logger, tel: cfg.Telemetry, parts: map[string]*topicLogs{}, stop: make(chan struct{})}
+	b.tel.ObserveStorage(b.storageStats)
+	if err := b.reconcile(md.Image()); err != nil {
 		return nil, err
 	}
-	b := &Broker{cfg: cfg, store: store, meta: m, log: logger, tel: cfg.Telemetry, parts: map[string][]*plog.Partition{}, stop: make(chan struct{})}
-	b.tel.ObserveStorage(b.storageStats)
-	for _, t := range m.List() {
-		ps, err := b.openPartitions(t)
-		if err != nil {
-			return nil, err
-		}
-		b.parts[t.Name] = ps
-	}
-	b.wg.Add(1)
+	b.wg.Add(2)
+	go b.metadataLoop()
 	go b.retentionLoop()
 	b.startCompaction()
 	return b, nil
@@ -114,34 +134,204 @@ func (b *Broker) Close() {
 	b.wg.Wait()
 }
 
-// Ready reports whether the broker is serving (its metadata is loaded: always, once New returned).
-func (b *Broker) Ready() bool { return true }
-
-func (b *Broker) openPartitions(t *meta.Topic) ([]*plog.Partition, error) {
-	ps := make([]*plog.Partition, t.Partitions)
-	for i := range ps {
-		p, err := b.store.Partition(plog.PartitionID{TopicNum: t.Num, Partition: int32(i)})
-		if err != nil {
-			return nil, fmt.Errorf("open partition %s-%d: %w", t.Name, i, err)
-		}
-		ps[i] = p
-	}
-	return ps, nil
+// Ready reports whether the broker is serving: this node is registered and unfenced in the metadata
+// it has applied (registration fenced it until it caught up, KIP-631).
+func (b *Broker) Ready() bool {
+	br, ok := b.md.Image().Broker(b.cfg.NodeID)
+	return ok && !br.Fenced
 }
 
-// partition returns the topic and the log of topic-partition, or rerr.ErrUnknownTopicOrPartition.
-func (b *Broker) partition(topic string, partition int32) (*meta.Topic, *plog.Partition, error) {
-	t, ok := b.meta.Get(topic)
+// metadataLoop applies every new image to the local logs, and once this broker is unfenced (its
+// metadata caught up) drops the stray logs.
+func (b *Broker) metadataLoop() {
+	defer b.wg.Done()
+	strayDone := false
+	for {
+		ch := b.md.Changed()
+		if err := b.reconcile(b.md.Image()); err != nil {
+			b.log.Error("applying metadata to the local logs failed", "err", err)
+		}
+		if !strayDone && b.Ready() {
+			strayDone = true
+			if err := b.dropStray(b.md.Image()); err != nil {
+				b.log.Error("dropping stray partition logs failed", "err", err)
+			}
+		}
+		select {
+		case <-b.stop:
+			return
+		case <-ch:
+		}
+	}
+}
+
+// reconcile opens the logs of partitions img places here and drops the data of topics img no longer
+// has (deleted, or deleted and created again under a new number).
+func (b *Broker) reconcile(img *meta.Image) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for name, tl := range b.parts {
+		if t, ok := img.Topic(name); ok && t.Num == tl.num {
+			continue
+		}
+		delete(b.parts, name)
+		b.tel.ForgetTopic(name)
+		for i, p := range tl.logs {
+			if p == nil {
+				continue
+			}
+			if err := b.store.DeletePartition(plog.PartitionID{TopicNum: tl.num, Partition: int32(i)}); err != nil {
+				errs = append(errs, fmt.Errorf("drop data of %s-%d: %w", name, i, err))
+			}
+		}
+		b.log.Info("topic data dropped", "topic", name)
+	}
+	for _, t := range img.TopicList() {
+		for i, st := range t.Assignment {
+			if !st.IsReplica(b.cfg.NodeID) {
+				continue
+			}
+			if _, err := b.openLocked(t, int32(i)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropStray deletes the stored logs of partitions img does not place on this node: topics deleted while
+// it was down. Only called once the broker is unfenced, so img holds everything up to its registration
+// and no log a current topic needs is taken for a stray one.
+func (b *Broker) dropStray(img *meta.Image) error {
+	stored, err := b.store.StoredPartitions()
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	placed := map[plog.PartitionID]bool{}
+	for _, t := range img.TopicList() {
+		for i, st := range t.Assignment {
+			if st.IsReplica(b.cfg.NodeID) {
+				placed[plog.PartitionID{TopicNum: t.Num, Partition: int32(i)}] = true
+			}
+		}
+	}
+	var errs []error
+	for _, id := range stored {
+		if placed[id] {
+			continue
+		}
+		if err := b.store.DeletePartition(id); err != nil {
+			errs = append(errs, fmt.Errorf("drop stray log %s: %w", id, err))
+			continue
+		}
+		b.log.Info("stray partition log dropped (its topic is gone or placed elsewhere)", "partition", id.String())
+	}
+	return errors.Join(errs...)
+}
+
+// openLocked returns the local log of t's partition p, opening it (and recovering it from Badger) on
+// first use. b.mu must be held for writing.
+func (b *Broker) openLocked(t *meta.Topic, p int32) (*plog.Partition, error) {
+	tl := b.parts[t.Name]
+	if tl == nil || tl.num != t.Num {
+		tl = &topicLogs{num: t.Num}
+		b.parts[t.Name] = tl
+	}
+	if int(p) >= len(tl.logs) {
+		tl.logs = append(tl.logs, make([]*plog.Partition, int(p)+1-len(tl.logs))...)
+	}
+	if tl.logs[p] == nil {
+		l, err := b.store.Partition(plog.PartitionID{TopicNum: t.Num, Partition: p})
+		if err != nil {
+			return nil, fmt.Errorf("open partition %s-%d: %w", t.Name, p, err)
+		}
+		tl.logs[p] = l
+	}
+	return tl.logs[p], nil
+}
+
+// localLog returns the local log of t's partition p, or nil when this node holds none.
+func (b *Broker) localLog(t *meta.Topic, p int32) *plog.Partition {
 	b.mu.RLock()
-	ps := b.parts[topic]
-	b.mu.RUnlock()
-	if !ok || ps == nil {
+	defer b.mu.RUnlock()
+	if tl := b.parts[t.Name]; tl != nil && tl.num == t.Num && int(p) < len(tl.logs) {
+		return tl.logs[p]
+	}
+	return nil
+}
+
+// partition returns the topic and the log of topic-partition if this node leads it. Errors:
+// rerr.ErrUnknownTopicOrPartition; NOT_LEADER_OR_FOLLOWER naming the leader and its epoch when another
+// broker leads it; LEADER_NOT_AVAILABLE when none does.
+func (b *Broker) partition(topic string, partition int32) (*meta.Topic, *plog.Partition, error) {
+	t, ok := b.md.Image().Topic(topic)
+	if !ok {
 		return nil, nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q does not exist", topic)
 	}
-	if partition < 0 || int(partition) >= len(ps) {
-		return nil, nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q has no partition %d (it has %d)", topic, partition, len(ps))
+	st, ok := t.Partition(partition)
+	if !ok {
+		return nil, nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q has no partition %d (it has %d)", topic, partition, t.Partitions)
 	}
-	return t, ps[partition], nil
+	if err := b.checkLeader(topic, partition, st); err != nil {
+		return nil, nil, err
+	}
+	if l := b.localLog(t, partition); l != nil {
+		return t, l, nil
+	}
+	// The image placed the partition here a moment ago and the metadata loop has not opened it yet.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l, err := b.openLocked(t, partition)
+	if err != nil {
+		return nil, nil, storeErr(topic, partition, err)
+	}
+	return t, l, nil
+}
+
+// checkLeader refuses requests for a partition this node does not lead, naming the one that does.
+func (b *Broker) checkLeader(topic string, partition int32, st meta.PartitionState) error {
+	switch st.Leader {
+	case b.cfg.NodeID:
+		return nil
+	case meta.NoLeader:
+		return &rerr.Error{Code: runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, LeaderID: -1, LeaderEpoch: st.LeaderEpoch,
+			Message: fmt.Sprintf("%s-%d has no leader: none of its in-sync replicas %v is alive", topic, partition, st.ISR)}
+	default:
+		return &rerr.Error{Code: runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER, LeaderID: st.Leader, LeaderEpoch: st.LeaderEpoch,
+			Message: fmt.Sprintf("broker %d does not lead %s-%d; broker %d does (leader epoch %d)", b.cfg.NodeID, topic, partition, st.Leader, st.LeaderEpoch)}
+	}
+}
+
+// checkEpoch compares the leader epoch a client sent (KIP-320) with the partition's: an older one means
+// the client's metadata is stale (FENCED_LEADER_EPOCH), a newer one that this broker's is
+// (UNKNOWN_LEADER_EPOCH). Both are retriable after a metadata refresh. nil: not sent.
+func checkEpoch(topic string, partition int32, t *meta.Topic, sent *int32) error {
+	if sent == nil {
+		return nil
+	}
+	st, _ := t.Partition(partition)
+	switch {
+	case *sent < st.LeaderEpoch:
+		return &rerr.Error{Code: runnelv1.ErrorCode_FENCED_LEADER_EPOCH, LeaderID: st.Leader, LeaderEpoch: st.LeaderEpoch,
+			Message: fmt.Sprintf("%s-%d: leader epoch %d is older than the current %d", topic, partition, *sent, st.LeaderEpoch)}
+	case *sent > st.LeaderEpoch:
+		return &rerr.Error{Code: runnelv1.ErrorCode_UNKNOWN_LEADER_EPOCH, LeaderID: st.Leader, LeaderEpoch: st.LeaderEpoch,
+			Message: fmt.Sprintf("%s-%d: leader epoch %d is newer than this broker's %d", topic, partition, *sent, st.LeaderEpoch)}
+	}
+	return nil
+}
+
+// localTopicLogs returns the local logs of t (nil entries where not held).
+func (b *Broker) localTopicLogs(t *meta.Topic) []*plog.Partition {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if tl := b.parts[t.Name]; tl != nil && tl.num == t.Num {
+		return tl.logs
+	}
+	return nil
 }
 
 // storeErr maps storage errors to catalogue errors: a partition deleted under a request is an unknown
@@ -182,14 +372,14 @@ func (b *Broker) retentionLoop() {
 // every RetentionCheckInterval; tests call it directly.
 func (b *Broker) ApplyRetention(now time.Time) int {
 	deleted := 0
-	for _, t := range b.meta.List() {
+	for _, t := range b.md.Image().TopicList() {
 		if !t.Config.Delete() {
 			continue
 		}
-		b.mu.RLock()
-		ps := b.parts[t.Name]
-		b.mu.RUnlock()
-		for i, p := range ps {
+		for i, p := range b.localTopicLogs(t) {
+			if p == nil {
+				continue
+			}
 			n, err := p.ApplyRetention(now, t.Config.RetentionMs, t.Config.RetentionBytes)
 			if err != nil && !errors.Is(err, plog.ErrPartitionDeleted) {
 				b.log.Warn("retention failed", "topic", t.Name, "partition", i, "err", err)

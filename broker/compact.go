@@ -55,15 +55,15 @@ func (b *Broker) compactionLoop(ctx context.Context) {
 // loop calls it every CompactionCheckInterval; tests call it directly with their clock.
 func (b *Broker) Compact(ctx context.Context, now time.Time) []PartitionCompaction {
 	var out []PartitionCompaction
-	for _, t := range b.meta.List() {
+	for _, t := range b.md.Image().TopicList() {
 		if !t.Config.Compact() {
 			continue
 		}
-		b.mu.RLock()
-		ps := b.parts[t.Name]
-		b.mu.RUnlock()
 		cfg := compactConfig(t.Config)
-		for i, p := range ps {
+		for i, p := range b.localTopicLogs(t) {
+			if p == nil {
+				continue
+			}
 			st, err := p.Compact(ctx, now, cfg)
 			if ctx.Err() != nil {
 				return out

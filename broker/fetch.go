@@ -75,7 +75,10 @@ func (b *Broker) readOnce(req *runnelv1.FetchRequest, maxBytes int) (*runnelv1.F
 	for i, fp := range req.Partitions {
 		r := &runnelv1.FetchPartitionResult{Topic: fp.Topic, Partition: fp.Partition, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1}
 		resp.Partitions[i] = r
-		_, p, err := b.partition(fp.Topic, fp.Partition)
+		t, p, err := b.partition(fp.Topic, fp.Partition)
+		if err == nil {
+			err = checkEpoch(fp.Topic, fp.Partition, t, fp.CurrentLeaderEpoch)
+		}
 		if err != nil {
 			r.Error, anyErr = rerr.ToInfo(err), true
 			continue

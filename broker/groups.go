@@ -2,9 +2,11 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -28,18 +30,26 @@ const maxGroupsPerRequest = 10_000
 // replayReadBytes is how much of a __consumer_offsets partition one read takes while loading.
 const replayReadBytes = 4 << 20
 
+// DefaultOffsetsReplicationFactor is the replication factor of __consumer_offsets (Kafka's
+// offsets.topic.replication.factor), capped at the number of brokers when the cluster is smaller.
+const DefaultOffsetsReplicationFactor = 3
+
 // GroupCoordinator serves the Groups gRPC service: the thin shell around one group.Coordinator per
-// partition of __consumer_offsets (all of them lead here on a single node). Per partition it
+// partition of __consumer_offsets that this node leads (all of them on a single node). Per partition it
 // serialises calls to the core, appends the records a call produced to the partition with acks=all
-// semantics (fsynced), hands them back to the core once durable, and only then answers; one goroutine
-// drives the cores' timers (Tick) and tells them about topic changes. See broker/group's doc.go.
+// semantics (fsynced), hands them back to the core once durable, and only then answers. One goroutine
+// follows the metadata: it loads a partition's groups when this node becomes its leader and drops
+// them when it stops leading it; it also drives the cores' timers (Tick) and tells them about topic
+// changes. See broker/group's doc.go.
 type GroupCoordinator struct {
 	runnelv1.UnimplementedGroupsServer
 
-	b      *Broker
-	cfg    group.Config
-	log    *slog.Logger
-	shards []*groupShard
+	b   *Broker
+	cfg group.Config
+	log *slog.Logger
+
+	shardsMu sync.RWMutex
+	shards   map[int32]*groupShard // the __consumer_offsets partitions led here
 
 	topicsMu sync.Mutex
 	topics   map[string]group.TopicInfo // what the cores were last told
@@ -51,9 +61,10 @@ type GroupCoordinator struct {
 
 // groupShard is one __consumer_offsets partition and the core that owns its groups.
 type groupShard struct {
-	partition int32
-	plog      *plog.Partition
-	log       *slog.Logger
+	partition   int32
+	leaderEpoch int32 // the epoch at which this node loaded it: a later epoch means a reload
+	plog        *plog.Partition
+	log         *slog.Logger
 
 	mu     sync.Mutex
 	core   *group.Coordinator
@@ -69,9 +80,10 @@ type groupWrite struct {
 	applied chan struct{} // closed once the records are durable and applied (or failed)
 }
 
-// NewGroupCoordinator creates __consumer_offsets if it is missing (cfg.OffsetsTopicPartitions
-// partitions, cleanup.policy=compact, internal), rebuilds every partition's groups and committed offsets
-// from the partition, and starts the timer goroutine. Close stops it.
+// NewGroupCoordinator starts the goroutine that follows the metadata: it creates __consumer_offsets
+// (cfg.OffsetsTopicPartitions partitions, cleanup.policy=compact, internal) once the cluster's brokers
+// are up, and loads the groups and committed offsets of each partition this node leads from the
+// partition. Close stops it.
 func NewGroupCoordinator(b *Broker, cfg group.Config, logger *slog.Logger) (*GroupCoordinator, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -80,42 +92,133 @@ func NewGroupCoordinator(b *Broker, cfg group.Config, logger *slog.Logger) (*Gro
 	if logger == nil {
 		logger = slog.Default()
 	}
-	gc := &GroupCoordinator{b: b, cfg: cfg, log: logger, stop: make(chan struct{})}
-	t, ok := b.meta.Get(group.OffsetsTopic)
-	if !ok {
-		var err error
-		t, err = b.createTopic(meta.Spec{Name: group.OffsetsTopic, Partitions: cfg.OffsetsTopicPartitions, Internal: true,
-			Configs: map[string]string{topiccfg.CleanupPolicy: "compact"}})
-		if err != nil {
-			return nil, fmt.Errorf("create %s: %w", group.OffsetsTopic, err)
-		}
-		logger.Info("topic created", "topic", t.Name, "partitions", t.Partitions, "internal", true)
-	} else if !t.Internal {
-		logger.Warn("the group coordinator uses a topic that was not created as internal", "topic", t.Name)
-	}
-	b.mu.RLock()
-	parts := b.parts[group.OffsetsTopic]
-	b.mu.RUnlock()
-	start := time.Now()
+	gc := &GroupCoordinator{b: b, cfg: cfg, log: logger, shards: map[int32]*groupShard{}, stop: make(chan struct{})}
 	gc.topics = gc.topicInfos()
-	for i, p := range parts {
-		s := &groupShard{partition: int32(i), plog: p, log: logger, core: group.New(cfg)}
-		if err := s.replay(); err != nil {
-			return nil, err
-		}
-		s.mu.Lock()
-		if recs := s.core.Start(start, gc.topics); len(recs) > 0 {
-			s.submit(recs, start)
-		}
-		gc.observeShard(s, start, true)
-		s.mu.Unlock()
-		gc.shards = append(gc.shards, s)
-	}
-	logger.Info("group coordinator loaded", "partitions", len(parts), "took", time.Since(start).Round(time.Millisecond))
+	gc.follow(time.Now())
 	b.tel.ObserveGroups(gc.reportGroups)
 	gc.wg.Add(1)
-	go gc.tickLoop()
+	go gc.loop()
 	return gc, nil
+}
+
+// follow brings the loaded shards in line with the metadata: loads the partitions of
+// __consumer_offsets led here, drops those led elsewhere now, and creates the topic when it is missing
+// and DefaultOffsetsReplicationFactor brokers are up (or every broker the cluster has, registered or
+// voter, when it has fewer), so the replication factor does not depend on which node started first.
+func (gc *GroupCoordinator) follow(now time.Time) {
+	img := gc.b.md.Image()
+	t, ok := img.Topic(group.OffsetsTopic)
+	if !ok {
+		gc.dropShards(func(int32) bool { return true })
+		alive := int32(len(img.AliveBrokers()))
+		expected := int32(max(len(img.Brokers), gc.b.cfg.ControllerVoters, 1))
+		if gc.b.Ready() && alive >= min(expected, DefaultOffsetsReplicationFactor) {
+			gc.createOffsetsTopic(min(alive, DefaultOffsetsReplicationFactor))
+		}
+		return
+	}
+	if !t.Internal {
+		gc.log.Warn("the group coordinator uses a topic that was not created as internal", "topic", t.Name)
+	}
+	gc.dropShards(func(p int32) bool {
+		st, ok := t.Partition(p)
+		s := gc.shards[p]
+		return !ok || st.Leader != gc.b.cfg.NodeID || st.LeaderEpoch != s.leaderEpoch
+	})
+	for i, st := range t.Assignment {
+		p := int32(i)
+		gc.shardsMu.RLock()
+		loaded := gc.shards[p] != nil
+		gc.shardsMu.RUnlock()
+		if loaded || st.Leader != gc.b.cfg.NodeID {
+			continue
+		}
+		if err := gc.load(t, p, st.LeaderEpoch, now); err != nil {
+			gc.log.Error("loading groups failed", "partition", p, "err", err)
+		}
+	}
+}
+
+func (gc *GroupCoordinator) createOffsetsTopic(rf int32) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := gc.b.createTopic(ctx, meta.Spec{Name: group.OffsetsTopic, Partitions: gc.cfg.OffsetsTopicPartitions, ReplicationFactor: rf,
+		Internal: true, Configs: map[string]string{topiccfg.CleanupPolicy: "compact"}})
+	switch {
+	case err == nil:
+		gc.log.Info("topic created", "topic", t.Name, "partitions", t.Partitions, "replication_factor", rf, "internal", true)
+	case errors.Is(err, rerr.ErrTopicAlreadyExists):
+	default:
+		gc.log.Warn("creating the group offsets topic failed; will retry", "topic", group.OffsetsTopic, "err", err)
+	}
+}
+
+// dropShards unloads the shards for which drop is true (called with no shard lock held).
+func (gc *GroupCoordinator) dropShards(drop func(p int32) bool) {
+	gc.shardsMu.Lock()
+	defer gc.shardsMu.Unlock()
+	for p := range gc.shards {
+		if drop(p) {
+			delete(gc.shards, p)
+			gc.log.Info("group partition unloaded: no longer its leader", "partition", p)
+		}
+	}
+}
+
+// load rebuilds the groups of partition p from its log and starts serving them.
+func (gc *GroupCoordinator) load(t *meta.Topic, p, leaderEpoch int32, now time.Time) error {
+	_, l, err := gc.b.partition(t.Name, p)
+	if err != nil {
+		return err
+	}
+	s := &groupShard{partition: p, leaderEpoch: leaderEpoch, plog: l, log: gc.log, core: group.New(gc.cfg)}
+	if err := s.replay(); err != nil {
+		return err
+	}
+	gc.topicsMu.Lock()
+	topics := gc.topics
+	gc.topicsMu.Unlock()
+	s.mu.Lock()
+	if recs := s.core.Start(now, topics); len(recs) > 0 {
+		s.submit(recs, now)
+	}
+	gc.observeShard(s, now, true)
+	s.mu.Unlock()
+	gc.shardsMu.Lock()
+	gc.shards[p] = s
+	gc.shardsMu.Unlock()
+	gc.log.Debug("group partition loaded", "partition", p, "leader_epoch", leaderEpoch)
+	return nil
+}
+
+// Loaded reports whether __consumer_offsets exists and every partition of it this node leads is
+// loaded, so group calls for those partitions are served rather than answered
+// COORDINATOR_LOAD_IN_PROGRESS.
+func (gc *GroupCoordinator) Loaded() bool {
+	t, ok := gc.b.md.Image().Topic(group.OffsetsTopic)
+	if !ok {
+		return false
+	}
+	gc.shardsMu.RLock()
+	defer gc.shardsMu.RUnlock()
+	for i, st := range t.Assignment {
+		if s := gc.shards[int32(i)]; st.Leader == gc.b.cfg.NodeID && (s == nil || s.leaderEpoch != st.LeaderEpoch) {
+			return false
+		}
+	}
+	return true
+}
+
+// loadedShards returns the shards loaded now.
+func (gc *GroupCoordinator) loadedShards() []*groupShard {
+	gc.shardsMu.RLock()
+	defer gc.shardsMu.RUnlock()
+	out := make([]*groupShard, 0, len(gc.shards))
+	for _, s := range gc.shards {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *groupShard) int { return int(a.partition - b.partition) })
+	return out
 }
 
 // replay feeds every record of the partition, from its log start to its HW, to the core.
@@ -158,17 +261,24 @@ func (gc *GroupCoordinator) Close() {
 	gc.wg.Wait()
 }
 
-func (gc *GroupCoordinator) tickLoop() {
+// loop follows metadata changes at once and runs the cores' timers every TickInterval.
+func (gc *GroupCoordinator) loop() {
 	defer gc.wg.Done()
 	t := time.NewTicker(gc.cfg.TickInterval)
 	defer t.Stop()
 	for {
+		changed := gc.b.md.Changed()
 		select {
 		case <-gc.stop:
 			return
+		case <-changed:
+			now := time.Now()
+			gc.syncTopics(now)
+			gc.follow(now)
 		case now := <-t.C:
 			gc.syncTopics(now)
-			for _, s := range gc.shards {
+			gc.follow(now)
+			for _, s := range gc.loadedShards() {
 				s.mu.Lock()
 				if s.failed == nil {
 					if recs := s.core.Tick(now); len(recs) > 0 {
@@ -185,7 +295,7 @@ func (gc *GroupCoordinator) tickLoop() {
 // topicInfos returns the node's topics as the cores need them.
 func (gc *GroupCoordinator) topicInfos() map[string]group.TopicInfo {
 	out := map[string]group.TopicInfo{}
-	for _, t := range gc.b.meta.List() {
+	for _, t := range gc.b.md.Image().TopicList() {
 		out[t.Name] = group.TopicInfo{ID: t.ID, Partitions: t.Partitions, Internal: t.Internal}
 	}
 	return out
@@ -201,7 +311,7 @@ func (gc *GroupCoordinator) syncTopics(now time.Time) {
 		return
 	}
 	gc.topics = topics
-	for _, s := range gc.shards {
+	for _, s := range gc.loadedShards() {
 		s.mu.Lock()
 		if s.failed == nil {
 			if recs := s.core.SetTopics(now, topics); len(recs) > 0 {
@@ -297,8 +407,31 @@ func (s *groupShard) read(fn func(c *group.Coordinator)) {
 	fn(s.core)
 }
 
-func (gc *GroupCoordinator) shard(groupID string) *groupShard {
-	return gc.shards[group.PartitionFor(groupID, int32(len(gc.shards)))]
+// shard returns the shard of groupID. Errors: NOT_COORDINATOR naming the leader of the group's
+// partition when another node leads it, COORDINATOR_NOT_AVAILABLE when the partition has no leader or
+// the topic does not exist yet, COORDINATOR_LOAD_IN_PROGRESS while this node loads it.
+func (gc *GroupCoordinator) shard(groupID string) (*groupShard, error) {
+	t, ok := gc.b.md.Image().Topic(group.OffsetsTopic)
+	if !ok {
+		return nil, rerr.New(runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE, "%s does not exist yet (it is created once the cluster's brokers are up)", group.OffsetsTopic)
+	}
+	p := group.PartitionFor(groupID, t.Partitions)
+	st, _ := t.Partition(p)
+	switch st.Leader {
+	case gc.b.cfg.NodeID:
+	case meta.NoLeader:
+		return nil, rerr.New(runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE, "%s-%d, which holds group %q, has no leader", group.OffsetsTopic, p, groupID)
+	default:
+		return nil, &rerr.Error{Code: runnelv1.ErrorCode_NOT_COORDINATOR, LeaderID: st.Leader, LeaderEpoch: st.LeaderEpoch,
+			Message: fmt.Sprintf("broker %d coordinates group %q (it leads %s-%d), not broker %d", st.Leader, groupID, group.OffsetsTopic, p, gc.b.cfg.NodeID)}
+	}
+	gc.shardsMu.RLock()
+	s := gc.shards[p]
+	gc.shardsMu.RUnlock()
+	if s == nil || s.leaderEpoch != st.LeaderEpoch {
+		return nil, rerr.New(runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS, "group %q: %s-%d is being loaded", groupID, group.OffsetsTopic, p)
+	}
+	return s, nil
 }
 
 // Heartbeat implements runnelv1.GroupsServer; see group.Coordinator.Heartbeat. Errors are gRPC
@@ -310,7 +443,11 @@ func (gc *GroupCoordinator) Heartbeat(ctx context.Context, req *runnelv1.GroupHe
 	}
 	client := group.ClientInfo{ClientID: clientID(ctx), ClientHost: peerHost(ctx)}
 	var resp *runnelv1.GroupHeartbeatResponse
-	err := gc.shard(req.GroupId).do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) {
+	s, err := gc.shard(req.GroupId)
+	if err != nil {
+		return nil, rerr.ToStatus(err)
+	}
+	err = s.do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) {
 		r, recs, err := c.Heartbeat(now, req, client)
 		gc.observeGroup(c, req.GroupId, now)
 		resp = r
@@ -327,14 +464,22 @@ func (gc *GroupCoordinator) Heartbeat(ctx context.Context, req *runnelv1.GroupHe
 func (gc *GroupCoordinator) CommitOffsets(ctx context.Context, req *runnelv1.CommitOffsetsRequest) (*runnelv1.CommitOffsetsResponse, error) {
 	now := time.Now()
 	logEnd := func(topic string, partition int32) (int64, bool) {
-		_, p, err := gc.b.partition(topic, partition)
-		if err != nil {
+		t, ok := gc.b.md.Image().Topic(topic)
+		if !ok || partition < 0 || partition >= t.Partitions {
 			return 0, false
 		}
-		return p.LogEndOffset(), true
+		if _, p, err := gc.b.partition(topic, partition); err == nil {
+			return p.LogEndOffset(), true
+		}
+		// Led by another broker: its log end offset is not known here (Kafka does not check it at all).
+		return math.MaxInt64, true
 	}
 	var resp *runnelv1.CommitOffsetsResponse
-	err := gc.shard(req.GroupId).do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) {
+	s, err := gc.shard(req.GroupId)
+	if err != nil {
+		return nil, rerr.ToStatus(err)
+	}
+	err = s.do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) {
 		r, recs, err := c.Commit(now, req, logEnd)
 		resp = r
 		return recs, err
@@ -348,8 +493,11 @@ func (gc *GroupCoordinator) CommitOffsets(ctx context.Context, req *runnelv1.Com
 // FetchOffsets implements runnelv1.GroupsServer: durable committed offsets, -1 where none.
 func (gc *GroupCoordinator) FetchOffsets(_ context.Context, req *runnelv1.FetchOffsetsRequest) (*runnelv1.FetchOffsetsResponse, error) {
 	var resp *runnelv1.FetchOffsetsResponse
-	var err error
-	gc.shard(req.GroupId).read(func(c *group.Coordinator) { resp, err = c.FetchOffsets(req) })
+	s, err := gc.shard(req.GroupId)
+	if err != nil {
+		return nil, rerr.ToStatus(err)
+	}
+	s.read(func(c *group.Coordinator) { resp, err = c.FetchOffsets(req) })
 	if err != nil {
 		return nil, rerr.ToStatus(err)
 	}
@@ -359,7 +507,7 @@ func (gc *GroupCoordinator) FetchOffsets(_ context.Context, req *runnelv1.FetchO
 // ListGroups implements runnelv1.GroupsServer: every group with members or committed offsets.
 func (gc *GroupCoordinator) ListGroups(context.Context, *runnelv1.ListGroupsRequest) (*runnelv1.ListGroupsResponse, error) {
 	resp := &runnelv1.ListGroupsResponse{}
-	for _, s := range gc.shards {
+	for _, s := range gc.loadedShards() {
 		s.read(func(c *group.Coordinator) { resp.Groups = append(resp.Groups, c.List()...) })
 	}
 	for _, g := range resp.Groups {
@@ -393,7 +541,16 @@ func (gc *GroupCoordinator) DescribeGroups(ctx context.Context, req *runnelv1.De
 	resp := &runnelv1.DescribeGroupsResponse{}
 	for _, id := range ids {
 		var d *runnelv1.GroupDescription
-		gc.shard(id).read(func(c *group.Coordinator) { d = c.Describe(id) })
+		s, err := gc.shard(id)
+		if err != nil {
+			d = &runnelv1.GroupDescription{GroupId: id, Error: rerr.ToInfo(err), CoordinatorId: -1}
+			if e := (*rerr.Error)(nil); errors.As(err, &e) && e.Code == runnelv1.ErrorCode_NOT_COORDINATOR {
+				d.CoordinatorId = e.LeaderID
+			}
+			resp.Groups = append(resp.Groups, d)
+			continue
+		}
+		s.read(func(c *group.Coordinator) { d = c.Describe(id) })
 		d.CoordinatorId = gc.b.cfg.NodeID
 		resp.Groups = append(resp.Groups, d)
 	}
@@ -409,7 +566,10 @@ func (gc *GroupCoordinator) DeleteGroups(ctx context.Context, req *runnelv1.Dele
 	resp := &runnelv1.DeleteGroupsResponse{}
 	for _, id := range req.GroupIds {
 		now := time.Now()
-		err := gc.shard(id).do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) { return c.DeleteGroup(now, id) })
+		s, err := gc.shard(id)
+		if err == nil {
+			err = s.do(ctx, now, func(c *group.Coordinator) ([]group.Record, error) { return c.DeleteGroup(now, id) })
+		}
 		resp.Groups = append(resp.Groups, &runnelv1.GroupResult{GroupId: id, Error: rerr.ToInfo(err)})
 		if err == nil {
 			gc.b.tel.GroupDeleted(id)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
@@ -44,20 +45,21 @@ func (b *Broker) ListOffsets(_ context.Context, req *runnelv1.ListOffsetsRequest
 	return resp, nil
 }
 
-// Metadata implements runnelv1.RecordsServer. On a single node this broker leads every partition at
-// leader epoch 0 and is the controller.
+// Metadata implements runnelv1.RecordsServer from this node's metadata image: the unfenced brokers,
+// the controller leader, and each partition's leader, leader epoch, replicas and ISR
+// (LEADER_NOT_AVAILABLE on a partition that has no leader).
 func (b *Broker) Metadata(_ context.Context, req *runnelv1.MetadataRequest) (*runnelv1.MetadataResponse, error) {
-	resp := &runnelv1.MetadataResponse{
-		Brokers:      []*runnelv1.Broker{{NodeId: b.cfg.NodeID, GrpcAddr: b.cfg.AdvertisedAddr, Rack: b.cfg.Rack}},
-		ControllerId: b.cfg.NodeID,
-		ClusterId:    b.meta.ClusterID(),
+	img := b.md.Image()
+	resp := &runnelv1.MetadataResponse{ControllerId: b.md.ControllerID(), ClusterId: img.ClusterID}
+	for _, br := range img.AliveBrokers() {
+		resp.Brokers = append(resp.Brokers, &runnelv1.Broker{NodeId: br.ID, GrpcAddr: br.GRPCAddr, Rack: br.Rack})
 	}
 	var topics []*meta.Topic
 	if len(req.Topics) == 0 {
-		topics = b.meta.List()
+		topics = img.TopicList()
 	} else {
 		for _, name := range req.Topics {
-			t, ok := b.meta.Get(name)
+			t, ok := img.Topic(name)
 			if !ok {
 				resp.Topics = append(resp.Topics, &runnelv1.TopicMetadata{Name: name,
 					Error: rerr.ToInfo(rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q does not exist", name))})
@@ -68,9 +70,14 @@ func (b *Broker) Metadata(_ context.Context, req *runnelv1.MetadataRequest) (*ru
 	}
 	for _, t := range topics {
 		tm := &runnelv1.TopicMetadata{Name: t.Name, TopicId: t.ID, Internal: t.Internal}
-		for i := int32(0); i < t.Partitions; i++ {
-			tm.Partitions = append(tm.Partitions, &runnelv1.PartitionMetadata{Partition: i, LeaderId: b.cfg.NodeID,
-				Replicas: []int32{b.cfg.NodeID}, Isr: []int32{b.cfg.NodeID}})
+		for i, st := range t.Assignment {
+			pm := &runnelv1.PartitionMetadata{Partition: int32(i), LeaderId: st.Leader, LeaderEpoch: st.LeaderEpoch,
+				Replicas: st.Replicas, Isr: st.ISR}
+			if st.Leader == meta.NoLeader {
+				pm.Error = rerr.ToInfo(&rerr.Error{Code: runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, LeaderID: -1, LeaderEpoch: st.LeaderEpoch,
+					Message: fmt.Sprintf("%s-%d has no leader: none of its in-sync replicas %v is alive", t.Name, i, st.ISR)})
+			}
+			tm.Partitions = append(tm.Partitions, pm)
 		}
 		resp.Topics = append(resp.Topics, tm)
 	}

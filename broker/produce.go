@@ -115,6 +115,9 @@ func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest,
 func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Acks, now int64, done func(plog.AppendResult, int64, error)) {
 	t, p, err := b.partition(pp.Topic, pp.Partition)
 	if err == nil {
+		err = checkEpoch(pp.Topic, pp.Partition, t, pp.CurrentLeaderEpoch)
+	}
+	if err == nil {
 		err = checkWritable(t)
 	}
 	if err != nil {
@@ -150,7 +153,8 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		done(plog.AppendResult{}, -1, err)
 		return
 	}
-	opts := plog.AppendOptions{Sync: acks == runnelv1.Acks_ACKS_ALL, LogAppendTime: -1, LeaderEpoch: 0,
+	st, _ := t.Partition(pp.Partition)
+	opts := plog.AppendOptions{Sync: acks == runnelv1.Acks_ACKS_ALL, LogAppendTime: -1, LeaderEpoch: st.LeaderEpoch,
 		SegmentBytes: t.Config.SegmentBytes, SegmentMs: t.Config.RollMs()}
 	if t.Config.LogAppendTime {
 		opts.LogAppendTime = now

@@ -65,7 +65,7 @@ func (gc *GroupCoordinator) reportGroups(o telemetry.GroupObserver) {
 	}
 	var groups []member
 	var commits []commit
-	for _, s := range gc.shards {
+	for _, s := range gc.loadedShards() {
 		groups, commits = groups[:0], commits[:0]
 		s.read(func(c *group.Coordinator) {
 			c.EachGroup(func(id string, st group.Status) { groups = append(groups, member{id, st.Members}) })

@@ -211,7 +211,59 @@ func (a *Admin) describeTopic(ctx context.Context, name string, stats bool) (*To
 		out = d
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	if err := a.leaderOffsets(ctx, out, stats); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// leaderOffsets replaces each partition's offsets, size and rates with those of its leader: a broker
+// answers DescribeTopics with its own logs, and only the leader's are the partition's.
+func (a *Admin) leaderOffsets(ctx context.Context, d *TopicDescription, stats bool) error {
+	byLeader := map[int32][]int{}
+	for i, p := range d.Partitions {
+		if p.LeaderID >= 0 {
+			byLeader[p.LeaderID] = append(byLeader[p.LeaderID], i)
+		}
+	}
+	if _, err := a.cl.metadata(ctx, []string{d.Name}); err != nil {
+		return err
+	}
+	for leader, idx := range byLeader {
+		err := a.cl.retry(ctx, func(ctx context.Context) error {
+			cc, err := a.cl.nodeConn(leader)
+			if err != nil {
+				return err
+			}
+			resp, err := runnelv1.NewAdminClient(cc).DescribeTopics(ctx, &runnelv1.DescribeTopicsRequest{Topics: []string{d.Name}, IncludeStats: stats})
+			if err != nil {
+				return wireErr(err)
+			}
+			t, err := oneTopic(resp.Topics, d.Name, func(t *runnelv1.TopicDescription) string { return t.Name })
+			if err != nil {
+				return err
+			}
+			if err := topicErr(t.Error); err != nil {
+				return err
+			}
+			for _, i := range idx {
+				if i < len(t.Partitions) && t.Partitions[i].Partition == d.Partitions[i].Partition {
+					lp := t.Partitions[i]
+					p := &d.Partitions[i]
+					p.LogStartOffset, p.HighWatermark, p.LogEndOffset, p.SizeBytes = lp.LogStartOffset, lp.HighWatermark, lp.LogEndOffset, lp.SizeBytes
+					p.Stats = partitionStats(lp.Stats)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("describe %s on its leader %d: %w", d.Name, leader, unfinal(err))
+		}
+	}
+	return nil
 }
 
 func partitionStats(s *runnelv1.PartitionStats) *PartitionStats {
@@ -252,6 +304,21 @@ func (a *Admin) AlterTopicConfig(ctx context.Context, name string, set map[strin
 // returns o as it is.
 func (a *Admin) ListOffsets(ctx context.Context, topic string, partition int32, spec Offset) (offset, ts int64, err error) {
 	return listOffsets(ctx, a.cl, topic, partition, spec, false)
+}
+
+// ClusterStatus describes the cluster as one node sees it: nodes and their roles, the controller
+// leader, raft term and indexes, fenced brokers, offline and under-replicated partitions.
+func (a *Admin) ClusterStatus(ctx context.Context) (*runnelv1.ClusterStatusResponse, error) {
+	var out *runnelv1.ClusterStatusResponse
+	err := a.cl.retry(ctx, func(ctx context.Context) error {
+		cc, err := a.cl.anyConn()
+		if err != nil {
+			return err
+		}
+		out, err = runnelv1.NewClusterClient(cc).Status(ctx, &runnelv1.ClusterStatusRequest{})
+		return wireErr(err)
+	})
+	return out, err
 }
 
 // Metadata returns the cluster's brokers and the topics' partitions with leaders and replicas (all

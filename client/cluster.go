@@ -116,6 +116,14 @@ func (c *cluster) nodeAddr(node int32) string {
 	return c.anyAddr()
 }
 
+// knows reports whether the address of broker node is known from metadata.
+func (c *cluster) knows(node int32) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.brokers[node]
+	return ok
+}
+
 func (c *cluster) anyConn() (*grpc.ClientConn, error) { return c.dial(c.anyAddr()) }
 
 func (c *cluster) nodeConn(node int32) (*grpc.ClientConn, error) { return c.dial(c.nodeAddr(node)) }

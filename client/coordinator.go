@@ -84,11 +84,18 @@ type coordinator struct {
 
 func newCoordinator(cl *cluster) *coordinator { return &coordinator{cl: cl, node: -1} }
 
-// client returns a Groups client on the coordinator's connection (or any broker's).
-func (c *coordinator) client() (runnelv1.GroupsClient, error) {
+// client returns a Groups client on the coordinator's connection (or any broker's). A coordinator
+// named by a broker whose address this client has not learnt yet (it bootstrapped from other nodes)
+// is looked up in fresh metadata first.
+func (c *coordinator) client(ctx context.Context) (runnelv1.GroupsClient, error) {
 	c.mu.Lock()
 	node := c.node
 	c.mu.Unlock()
+	if node >= 0 && !c.cl.knows(node) {
+		if _, err := c.cl.metadataOnce(ctx, []string{}); err != nil {
+			return nil, err
+		}
+	}
 	cc, err := c.cl.nodeConn(node) // an unknown node (-1) is any broker
 	if err != nil {
 		return nil, err
@@ -124,7 +131,7 @@ func (c *coordinator) failed(err error) {
 // other errors are returned at once.
 func (c *coordinator) call(ctx context.Context, fn func(ctx context.Context, gc runnelv1.GroupsClient) error) error {
 	return unfinal(c.cl.retry(ctx, func(ctx context.Context) error {
-		gc, err := c.client()
+		gc, err := c.client(ctx)
 		if err != nil {
 			return err
 		}

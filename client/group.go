@@ -739,7 +739,7 @@ func (g *GroupConsumer) sendHeartbeat(req *runnelv1.GroupHeartbeatRequest) (*run
 	g.mu.Unlock()
 	ctx, cancel := context.WithTimeout(g.hbCtx, timeout)
 	defer cancel()
-	gc, err := g.coord.client()
+	gc, err := g.coord.client(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -71,9 +71,15 @@ type PartitionLag struct {
 	InstanceID string
 }
 
-// groupErr returns the error of a per-group result, marked final so it is not retried.
+// groupErr returns the error of a per-group result, marked final so it is not retried, except the
+// coordinator errors, which send the call to the group's coordinator.
 func groupErr(info *runnelv1.ErrorInfo) error {
 	if err := rerr.FromInfo(info); err != nil {
+		switch info.Code {
+		case runnelv1.ErrorCode_NOT_COORDINATOR, runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE, runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS:
+			// Asked the wrong broker, or one still loading: the coordinator routing retries elsewhere.
+			return err
+		}
 		return final{err}
 	}
 	return nil

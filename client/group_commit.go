@@ -219,7 +219,7 @@ func (g *GroupConsumer) commit(ctx context.Context, s commitSnap) error {
 				Offset: o.offset, LeaderEpoch: o.epoch, Metadata: o.metadata})
 		}
 		var resp *runnelv1.CommitOffsetsResponse
-		gc, err := g.coord.client()
+		gc, err := g.coord.client(ctx)
 		if err == nil {
 			resp, err = gc.CommitOffsets(ctx, req)
 			if err != nil {

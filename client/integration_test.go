@@ -41,6 +41,8 @@ func startNode(t testing.TB) string {
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.RaftAddr = "127.0.0.1:0"
+	cfg.SerfAddr = ""
 	n, err := platform.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

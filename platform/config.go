@@ -10,6 +10,9 @@ import (
 
 	"github.com/runnel-io/runnel/broker/group"
 	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/platform/controller"
+	"github.com/runnel-io/runnel/platform/membership"
+	"github.com/runnel-io/runnel/platform/quorum"
 )
 
 // Config is a node's configuration. Start from DefaultConfig, change fields, then Validate (New does).
@@ -25,8 +28,28 @@ type Config struct {
 	// HTTPAddr serves /healthz, /readyz, /metrics and /debug/pprof/ (default 127.0.0.1:7071; empty
 	// disables it).
 	HTTPAddr string
-	// Rack is this node's rack, reported in metadata.
+	// Rack is this node's rack, reported in metadata and used to spread replicas over racks.
 	Rack string
+	// RaftAddr is the controller quorum's raft transport address, bound and advertised (default
+	// 127.0.0.1:7072; port 0 picks a free port, for a single node only, since voters are named by it).
+	RaftAddr string
+	// ControllerVoters are the raft voters of the controller quorum in Kafka's controller.quorum.voters
+	// form "1@host:7072,2@host:7072,3@host:7072" (1, 3 or 5 of them). Empty: this node alone, a
+	// single-node cluster. A node not listed follows the metadata log as a non-voter.
+	ControllerVoters string
+	// SerfAddr is the gossip (serf) address, UDP and TCP (default 127.0.0.1:7946; port 0 picks a free
+	// port). Empty turns gossip off, which only a single-node cluster may do.
+	SerfAddr string
+	// Join lists serf addresses of existing members to join (any one that answers is enough).
+	Join []string
+	// GossipKey is a base64 AES key (16, 24 or 32 bytes) that encrypts serf gossip; every node of a
+	// cluster needs the same one. Empty: gossip in clear.
+	GossipKey string
+	// BrokerHeartbeatInterval and BrokerSessionTimeout: how often this broker heartbeats to the
+	// controller leader, and how long the leader waits for one before fencing a broker (defaults 500ms
+	// and 3s; Kafka's broker.heartbeat.interval.ms and broker.session.timeout.ms).
+	BrokerHeartbeatInterval time.Duration
+	BrokerSessionTimeout    time.Duration
 	// Fsync makes acks=all answers wait for an fsync of the data (group-committed), and keeps consumers
 	// below the fsynced offset. false relaxes this to "written to the OS", as Kafka's default
 	// flush settings do (default true).
@@ -54,18 +77,22 @@ type Config struct {
 // DefaultConfig returns the configuration of `runnel dev`.
 func DefaultConfig() Config {
 	return Config{
-		NodeID:                 1,
-		DataDir:                "./data/dev",
-		GRPCAddr:               "127.0.0.1:7070",
-		HTTPAddr:               "127.0.0.1:7071",
-		Fsync:                  true,
-		RetentionCheckInterval: 5 * time.Minute,
-		MemTableBytes:          64 << 20,
-		BlockCacheBytes:        64 << 20,
-		IndexCacheBytes:        32 << 20,
-		ValueLogGCInterval:     time.Minute,
-		ShutdownTimeout:        10 * time.Second,
-		Groups:                 group.DefaultConfig(),
+		NodeID:                  1,
+		DataDir:                 "./data/dev",
+		GRPCAddr:                "127.0.0.1:7070",
+		HTTPAddr:                "127.0.0.1:7071",
+		RaftAddr:                "127.0.0.1:7072",
+		SerfAddr:                "127.0.0.1:7946",
+		BrokerHeartbeatInterval: controller.DefaultHeartbeatInterval,
+		BrokerSessionTimeout:    controller.DefaultSessionTimeout,
+		Fsync:                   true,
+		RetentionCheckInterval:  5 * time.Minute,
+		MemTableBytes:           64 << 20,
+		BlockCacheBytes:         64 << 20,
+		IndexCacheBytes:         32 << 20,
+		ValueLogGCInterval:      time.Minute,
+		ShutdownTimeout:         10 * time.Second,
+		Groups:                  group.DefaultConfig(),
 	}
 }
 
@@ -85,6 +112,34 @@ func (c Config) Validate() error {
 			return fmt.Errorf("http addr %q: %w", c.HTTPAddr, err)
 		}
 	}
+	if _, _, err := net.SplitHostPort(c.RaftAddr); err != nil {
+		return fmt.Errorf("raft addr %q: %w", c.RaftAddr, err)
+	}
+	voters, err := c.voters()
+	if err != nil {
+		return err
+	}
+	for _, v := range voters {
+		if v.ID == c.NodeID && len(voters) > 1 && v.Addr != c.RaftAddr {
+			return fmt.Errorf("raft addr %s differs from this node's entry %d@%s in the controller voters: the others would look for it there", c.RaftAddr, v.ID, v.Addr)
+		}
+	}
+	if c.SerfAddr == "" && (len(voters) > 1 || len(c.Join) > 0) {
+		return fmt.Errorf("a cluster of several nodes needs gossip: set the serf address")
+	}
+	if c.SerfAddr != "" {
+		if _, _, err := net.SplitHostPort(c.SerfAddr); err != nil {
+			return fmt.Errorf("serf addr %q: %w", c.SerfAddr, err)
+		}
+	}
+	if c.GossipKey != "" {
+		if _, err := membership.ParseKey(c.GossipKey); err != nil {
+			return err
+		}
+	}
+	if c.BrokerHeartbeatInterval <= 0 || c.BrokerSessionTimeout < 2*c.BrokerHeartbeatInterval {
+		return fmt.Errorf("broker heartbeat interval %v and session timeout %v: the timeout must be at least two intervals", c.BrokerHeartbeatInterval, c.BrokerSessionTimeout)
+	}
 	if c.RetentionCheckInterval <= 0 || c.ValueLogGCInterval <= 0 || c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("retention check interval, value-log GC interval and shutdown timeout must be positive")
 	}
@@ -95,6 +150,29 @@ func (c Config) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// voters returns the controller quorum: ControllerVoters parsed, or this node alone at RaftAddr.
+func (c Config) voters() ([]quorum.Voter, error) {
+	if c.ControllerVoters == "" {
+		return []quorum.Voter{{ID: c.NodeID, Addr: c.RaftAddr}}, nil
+	}
+	v, err := quorum.ParseVoters(c.ControllerVoters)
+	if err != nil {
+		return nil, fmt.Errorf("controller voters: %w", err)
+	}
+	return v, nil
+}
+
+// isVoter reports whether this node is a voter of the controller quorum.
+func (c Config) isVoter() bool {
+	v, _ := c.voters()
+	for _, x := range v {
+		if x.ID == c.NodeID {
+			return true
+		}
+	}
+	return false
 }
 
 func (c Config) storeOptions() plog.Options {

@@ -14,7 +14,11 @@ import (
 
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker"
+	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/platform/controller"
+	"github.com/runnel-io/runnel/platform/membership"
+	"github.com/runnel-io/runnel/platform/quorum"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -28,6 +32,10 @@ type Node struct {
 	log *slog.Logger
 
 	store  *plog.Store
+	fsm    *meta.FSM
+	quorum *quorum.Quorum
+	memb   *membership.Membership // nil when gossip is off (a single node)
+	ctl    *controller.Controller
 	broker *broker.Broker
 	groups *broker.GroupCoordinator
 	grpc   *grpc.Server
@@ -37,11 +45,14 @@ type Node struct {
 	// ready is true from the end of Start to the start of Close: /readyz answers 503 outside it, so a
 	// load balancer stops sending before the node stops serving.
 	ready atomic.Bool
+	// fatal carries the error that makes the node stop (Fatal); stopping is closed by Close.
+	fatal    chan error
+	stopping chan struct{}
 
-	grpcLn, httpLn net.Listener
-	wg             sync.WaitGroup
-	closeOnce      sync.Once
-	closeErr       error
+	grpcLn, httpLn, raftLn net.Listener
+	wg                     sync.WaitGroup
+	closeOnce              sync.Once
+	closeErr               error
 }
 
 // New validates cfg and returns a node that is not started yet. logger may be nil (slog.Default).
@@ -52,7 +63,7 @@ func New(cfg Config, logger *slog.Logger) (*Node, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Node{cfg: cfg, log: logger}, nil
+	return &Node{cfg: cfg, log: logger, fatal: make(chan error, 1), stopping: make(chan struct{})}, nil
 }
 
 // Start opens storage (recovering it after a crash), binds the listeners and serves. On error nothing
@@ -71,6 +82,16 @@ func (n *Node) Start() (err error) {
 	if n.store, err = plog.Open(opts); err != nil {
 		return fmt.Errorf("open storage in %s: %w", n.cfg.DataDir, err)
 	}
+	props, err := loadProperties(n.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	if props.NodeID < 0 && legacyDataDir(n.store) {
+		return fmt.Errorf("data dir %s was written by a Runnel version before the cluster (topics kept in the node's own store); start with an empty data dir: %w", n.cfg.DataDir, ErrWrongDataDir)
+	}
+	if props.NodeID >= 0 && props.NodeID != n.cfg.NodeID {
+		return fmt.Errorf("data dir %s belongs to node %d, not node %d: %w", n.cfg.DataDir, props.NodeID, n.cfg.NodeID, ErrWrongDataDir)
+	}
 	if n.grpcLn, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("listen on %s for gRPC: %w", n.cfg.GRPCAddr, err)
 	}
@@ -78,8 +99,36 @@ func (n *Node) Start() (err error) {
 	if adv == "" {
 		adv = n.grpcLn.Addr().String()
 	}
+	if n.cfg.HTTPAddr != "" {
+		if n.httpLn, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
+			return fmt.Errorf("listen on %s for HTTP: %w", n.cfg.HTTPAddr, err)
+		}
+	}
+	// Gossip first: a wrong key, a node id in use or another cluster's data dir is refused before raft
+	// does anything.
+	raftAddr, err := n.bindRaft()
+	if err != nil {
+		return err
+	}
+	if n.cfg.SerfAddr != "" {
+		if err := n.startMembership(adv, raftAddr, props); err != nil {
+			return err
+		}
+	}
+	if err := n.startQuorum(raftAddr); err != nil {
+		return err
+	}
+	voters, err := n.cfg.voters()
+	if err != nil {
+		return err
+	}
+	n.ctl = controller.New(controller.Config{
+		Self: meta.Broker{ID: n.cfg.NodeID, GRPCAddr: adv, RaftAddr: n.quorum.Addr(), HTTPAddr: n.HTTPAddr(), Rack: n.cfg.Rack,
+			Controller: n.cfg.isVoter()},
+		HeartbeatInterval: n.cfg.BrokerHeartbeatInterval, SessionTimeout: n.cfg.BrokerSessionTimeout, Logger: n.log,
+	}, n.fsm, n.quorum, n.memb)
 	if n.broker, err = broker.New(broker.Config{NodeID: n.cfg.NodeID, AdvertisedAddr: adv, Rack: n.cfg.Rack,
-		RetentionCheckInterval: n.cfg.RetentionCheckInterval, Telemetry: n.tel.brokerTelemetry()}, n.store, n.log); err != nil {
+		RetentionCheckInterval: n.cfg.RetentionCheckInterval, ControllerVoters: len(voters), Telemetry: n.tel.brokerTelemetry()}, n.store, n.ctl, n.log); err != nil {
 		return err
 	}
 	if n.groups, err = broker.NewGroupCoordinator(n.broker, n.cfg.Groups, n.log); err != nil {
@@ -95,11 +144,12 @@ func (n *Node) Start() (err error) {
 	runnelv1.RegisterRecordsServer(n.grpc, n.broker)
 	runnelv1.RegisterAdminServer(n.grpc, n.broker)
 	runnelv1.RegisterGroupsServer(n.grpc, n.groups)
+	n.ctl.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
 	for _, svc := range []string{"", runnelv1.Records_ServiceDesc.ServiceName, runnelv1.Admin_ServiceDesc.ServiceName,
-		runnelv1.Groups_ServiceDesc.ServiceName} {
+		runnelv1.Groups_ServiceDesc.ServiceName, runnelv1.Cluster_ServiceDesc.ServiceName, runnelv1.Controller_ServiceDesc.ServiceName} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 	n.wg.Add(1)
@@ -109,10 +159,7 @@ func (n *Node) Start() (err error) {
 			n.log.Error("gRPC server stopped", "err", err)
 		}
 	}()
-	if n.cfg.HTTPAddr != "" {
-		if n.httpLn, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
-			return fmt.Errorf("listen on %s for HTTP: %w", n.cfg.HTTPAddr, err)
-		}
+	if n.httpLn != nil {
 		n.http = &http.Server{Handler: n.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 		n.wg.Add(1)
 		go func() {
@@ -122,8 +169,23 @@ func (n *Node) Start() (err error) {
 			}
 		}()
 	}
+	n.wg.Add(1)
+	go n.watchClusterID(props)
 	n.ready.Store(true)
-	n.log.Info("node started", "node_id", n.cfg.NodeID, "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "data_dir", n.cfg.DataDir, "fsync", n.cfg.Fsync,
+	// A node that is the whole quorum becomes ready on its own within a second or two: wait, so a
+	// caller of Start (runnel dev, tests) may create topics at once. A node of a larger cluster waits
+	// for the others; /readyz says when it is ready.
+	if voters, _ := n.cfg.voters(); len(voters) == 1 && voters[0].ID == n.cfg.NodeID {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := n.WaitReady(ctx); err != nil {
+			return fmt.Errorf("the single-node cluster did not become ready: %w", err)
+		}
+		if err := n.waitGroupsLoaded(ctx); err != nil {
+			return fmt.Errorf("the single-node cluster did not load its consumer groups: %w", err)
+		}
+	}
+	n.log.Info("node started", "node_id", n.cfg.NodeID, "raft", n.quorum.Addr(), "serf", n.SerfAddr(), "voter", n.cfg.isVoter(), "grpc", n.GRPCAddr(), "http", n.HTTPAddr(), "data_dir", n.cfg.DataDir, "fsync", n.cfg.Fsync,
 		"tracing", n.tel.brokerTelemetry().Tracing(), "metrics", n.tel != nil)
 	return nil
 }
@@ -178,8 +240,15 @@ func (n *Node) Broker() *broker.Broker { return n.broker }
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.ready.Store(false)
+		close(n.stopping)
 		if n.health != nil {
 			n.health.Shutdown()
+		}
+		if n.ctl != nil {
+			// Controlled shutdown: the controller moves this broker's leaderships while it still answers.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			n.ctl.Shutdown(ctx)
+			cancel()
 		}
 		if n.http != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
@@ -206,6 +275,19 @@ func (n *Node) Close() error {
 		}
 		if n.broker != nil {
 			n.broker.Close()
+		}
+		if n.ctl != nil {
+			n.ctl.Close()
+		}
+		if n.quorum != nil {
+			if err := n.quorum.Close(); err != nil {
+				n.log.Warn("closing the controller quorum member", "err", err)
+			}
+		} else if n.raftLn != nil {
+			n.raftLn.Close()
+		}
+		if n.memb != nil {
+			n.memb.Close()
 		}
 		if n.store != nil {
 			n.closeErr = n.store.Close()

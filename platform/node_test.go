@@ -517,6 +517,10 @@ func TestConfigValidate(t *testing.T) {
 		"bad grpc addr":  func(c *platform.Config) { c.GRPCAddr = "nowhere" },
 		"tiny memtable":  func(c *platform.Config) { c.MemTableBytes = 10 },
 		"zero interval":  func(c *platform.Config) { c.RetentionCheckInterval = 0 },
+		"bad voters":     func(c *platform.Config) { c.ControllerVoters = "1@a:1,2@b:2" },
+		"voters no serf": func(c *platform.Config) { c.ControllerVoters = "1@a:1,2@b:2,3@c:3"; c.SerfAddr = "" },
+		"bad gossip key": func(c *platform.Config) { c.GossipKey = "c2hvcnQ=" },
+		"short session":  func(c *platform.Config) { c.BrokerSessionTimeout = c.BrokerHeartbeatInterval },
 	} {
 		cfg := platform.DefaultConfig()
 		m(&cfg)

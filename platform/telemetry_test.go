@@ -513,7 +513,7 @@ func TestTelemetryEnv(t *testing.T) {
 func testConfig(t *testing.T) platform.Config {
 	cfg := platform.DefaultConfig()
 	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.RaftAddr, cfg.SerfAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", ""
 	cfg.MemTableBytes, cfg.BlockCacheBytes, cfg.IndexCacheBytes = 8<<20, 8<<20, 4<<20
 	cfg.ShutdownTimeout = 2 * time.Second
 	return cfg

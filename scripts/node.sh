@@ -17,7 +17,7 @@ start_node() {
 	mkdir -p ./data
 	NODE_DIR=$(mktemp -d ./data/run.XXXXXX)
 	# shellcheck disable=SC2086 # NODE_FLAGS is a list of flags
-	"$RUNNEL" dev --data-dir "$NODE_DIR/data" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 ${NODE_FLAGS:-} \
+	"$RUNNEL" dev --data-dir "$NODE_DIR/data" --grpc-addr 127.0.0.1:0 --http-addr 127.0.0.1:0 --raft-addr 127.0.0.1:0 --serf-addr "" ${NODE_FLAGS:-} \
 		>"$NODE_DIR/node.log" 2>&1 &
 	NODE_PID=$!
 	trap stop_node EXIT

@@ -73,6 +73,14 @@ var (
 	ErrInvalidRecord            = &Error{Code: runnelv1.ErrorCode_INVALID_RECORD}
 	ErrStorage                  = &Error{Code: runnelv1.ErrorCode_KAFKA_STORAGE_ERROR}
 	ErrUnknownServerError       = &Error{Code: runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR}
+	ErrNotController            = &Error{Code: runnelv1.ErrorCode_NOT_CONTROLLER}
+	ErrFencedLeaderEpoch        = &Error{Code: runnelv1.ErrorCode_FENCED_LEADER_EPOCH}
+	ErrUnknownLeaderEpoch       = &Error{Code: runnelv1.ErrorCode_UNKNOWN_LEADER_EPOCH}
+	ErrStaleBrokerEpoch         = &Error{Code: runnelv1.ErrorCode_STALE_BROKER_EPOCH}
+	ErrInvalidUpdateVersion     = &Error{Code: runnelv1.ErrorCode_INVALID_UPDATE_VERSION}
+	ErrDuplicateBroker          = &Error{Code: runnelv1.ErrorCode_DUPLICATE_BROKER_REGISTRATION}
+	ErrBrokerNotRegistered      = &Error{Code: runnelv1.ErrorCode_BROKER_ID_NOT_REGISTERED}
+	ErrInconsistentClusterID    = &Error{Code: runnelv1.ErrorCode_INCONSISTENT_CLUSTER_ID}
 )
 
 // New returns an *Error with code and a formatted message.
@@ -95,7 +103,11 @@ func Retriable(code runnelv1.ErrorCode) bool {
 		runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS,
 		runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE,
 		runnelv1.ErrorCode_NOT_COORDINATOR,
-		runnelv1.ErrorCode_REBALANCE_IN_PROGRESS:
+		runnelv1.ErrorCode_REBALANCE_IN_PROGRESS,
+		runnelv1.ErrorCode_NOT_CONTROLLER,         // a new controller leader is being elected
+		runnelv1.ErrorCode_FENCED_LEADER_EPOCH,    // the client's metadata is older than the leader's
+		runnelv1.ErrorCode_UNKNOWN_LEADER_EPOCH,   // the broker's metadata is older than the client's
+		runnelv1.ErrorCode_BROKER_ID_NOT_REGISTERED: // the registration is still being applied
 		return true
 	}
 	return false
@@ -125,7 +137,13 @@ func GRPCCode(code runnelv1.ErrorCode) codes.Code {
 	case runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, runnelv1.ErrorCode_NOT_ENOUGH_REPLICAS,
 		runnelv1.ErrorCode_NOT_ENOUGH_REPLICAS_AFTER_APPEND, runnelv1.ErrorCode_KAFKA_STORAGE_ERROR:
 		return codes.Unavailable
-	case runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER:
+	case runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER, runnelv1.ErrorCode_FENCED_LEADER_EPOCH,
+		runnelv1.ErrorCode_UNKNOWN_LEADER_EPOCH, runnelv1.ErrorCode_STALE_BROKER_EPOCH,
+		runnelv1.ErrorCode_INVALID_UPDATE_VERSION, runnelv1.ErrorCode_BROKER_ID_NOT_REGISTERED:
+		return codes.FailedPrecondition
+	case runnelv1.ErrorCode_NOT_CONTROLLER:
+		return codes.Unavailable
+	case runnelv1.ErrorCode_DUPLICATE_BROKER_REGISTRATION, runnelv1.ErrorCode_INCONSISTENT_CLUSTER_ID:
 		return codes.FailedPrecondition
 	case runnelv1.ErrorCode_REQUEST_TIMED_OUT:
 		return codes.DeadlineExceeded

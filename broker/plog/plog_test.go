@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -978,5 +979,25 @@ func TestAppendAsync(t *testing.T) {
 	}
 	if len(results) != 0 {
 		t.Fatal("a callback ran twice")
+	}
+}
+
+func TestStoredPartitions(t *testing.T) {
+	s := openStore(t, testOptions(t, false))
+	for _, id := range []PartitionID{{3, 2}, {1, 7}, {1 << 40, 1}, {1, 0}} {
+		mustAppend(t, mustPartition(t, s, id), valueBatch(t, "v", 3, 1), AppendOptions{LogAppendTime: -1})
+	}
+	got, err := s.StoredPartitions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []PartitionID{{1, 0}, {1, 7}, {3, 2}, {1 << 40, 1}}) {
+		t.Fatalf("stored partitions %v", got)
+	}
+	if err := s.DeletePartition(PartitionID{1, 7}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = s.StoredPartitions(); !slices.Equal(got, []PartitionID{{1, 0}, {3, 2}, {1 << 40, 1}}) {
+		t.Fatalf("after a delete: %v", got)
 	}
 }

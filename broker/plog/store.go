@@ -1,11 +1,14 @@
 package plog
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -736,4 +739,44 @@ func fsyncPath(path string) error {
 		err = cerr
 	}
 	return err
+}
+
+// StoredPartitions returns every partition that has batches or state in the DB, sorted. The broker
+// compares it with the metadata to drop the logs of partitions no longer placed on this node (a topic
+// deleted while the node was down), as Kafka removes stray logs.
+func (s *Store) StoredPartitions() ([]PartitionID, error) {
+	seen := map[PartitionID]bool{}
+	err := s.db.View(func(txn *badger.Txn) error {
+		for _, kind := range []byte{kindBatch, kindState} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{kind}})
+			for it.Rewind(); it.Valid(); {
+				k := it.Item().Key()
+				if len(k) < partPrefixLen {
+					it.Next()
+					continue
+				}
+				id := PartitionID{TopicNum: binary.BigEndian.Uint64(k[1:9]), Partition: int32(binary.BigEndian.Uint32(k[9:13]))}
+				seen[id] = true
+				// Skip the rest of this partition's keys of this kind.
+				next := append(partPrefix(kind, id), 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF)
+				it.Seek(next)
+			}
+			it.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list stored partitions: %w", err)
+	}
+	out := make([]PartitionID, 0, len(seen))
+	for id := range seen {
+		out = append(out, id)
+	}
+	slices.SortFunc(out, func(a, b PartitionID) int {
+		if a.TopicNum != b.TopicNum {
+			return cmp.Compare(a.TopicNum, b.TopicNum)
+		}
+		return cmp.Compare(a.Partition, b.Partition)
+	})
+	return out, nil
 }

@@ -24,6 +24,9 @@ const (
 	CleanupPolicy        = "cleanup.policy"
 	MinInsyncReplicas    = "min.insync.replicas"
 	MessageTimestampType = "message.timestamp.type"
+	// UncleanLeaderElection lets the controller elect a replica outside the ISR when no ISR member is
+	// alive: the partition comes back at the price of the acknowledged records that replica lacks.
+	UncleanLeaderElection = "unclean.leader.election.enable"
 
 	// Compaction (cleanup.policy=compact) and the segments it works on; see broker/plog's package doc.
 	DeleteRetentionMs      = "delete.retention.ms"
@@ -65,6 +68,8 @@ type Config struct {
 	CleanupPolicy string
 	// MinInsyncReplicas: with acks=all, the fewest in-sync replicas that must have a write.
 	MinInsyncReplicas int32
+	// UncleanLeaderElection: unclean.leader.election.enable (default false, as in Kafka since 0.11).
+	UncleanLeaderElection bool
 	// LogAppendTime: message.timestamp.type=LogAppendTime, the broker stamps batches with its append time.
 	LogAppendTime bool
 	// DeleteRetentionMs: how long the cleaner keeps a tombstone (a record with a null value) after the
@@ -152,6 +157,14 @@ var defs = map[string]def{
 		}
 		return nil
 	}, "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the broker's time"},
+	UncleanLeaderElection: {"false", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("must be true or false")
+		}
+		c.UncleanLeaderElection = b
+		return nil
+	}, "elect an out-of-sync replica when no in-sync one is alive (availability over acknowledged records)"},
 	DeleteRetentionMs: {"86400000", func(c *Config, v string) error {
 		n, err := parseInt(v, 0, math.MaxInt64)
 		c.DeleteRetentionMs = n

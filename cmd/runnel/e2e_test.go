@@ -27,6 +27,8 @@ func startNode(t *testing.T) string {
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.RaftAddr = "127.0.0.1:0"
+	cfg.SerfAddr = ""
 	n, err := platform.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -405,9 +407,9 @@ func TestDevCommand(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"dev", "--data-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-			"--no-fsync", "--log-format", "json", "--log-level", "warn"}, strings.NewReader(""), &out, &errb)
+			"--raft-addr", "127.0.0.1:0", "--serf-addr", "127.0.0.1:0", "--no-fsync", "--log-format", "json", "--log-level", "warn"}, strings.NewReader(""), &out, &errb)
 	}()
-	addrRe := regexp.MustCompile(`listening grpc=(\S+) http=(\S+) data=(\S+) fsync=false`)
+	addrRe := regexp.MustCompile(`listening grpc=(\S+) http=(\S+) raft=(\S+) serf=(\S+) data=(\S+) fsync=false`)
 	var m []string
 	waitFor(t, 30*time.Second, "runnel dev to listen", func() bool {
 		select {
@@ -418,8 +420,8 @@ func TestDevCommand(t *testing.T) {
 		m = addrRe.FindStringSubmatch(out.String())
 		return m != nil
 	})
-	if m[3] != dir {
-		t.Fatalf("data dir %q, want %q", m[3], dir)
+	if m[5] != dir {
+		t.Fatalf("data dir %q, want %q", m[5], dir)
 	}
 	mustCLI(t, "", "topic", "create", "hello", "--brokers", m[1])
 	if r := mustCLI(t, "", "topic", "list", "--brokers", m[1]); !strings.Contains(r.stdout, "hello") {

@@ -92,7 +92,7 @@ Client verbs find the node with --brokers or RUNNEL_BROKERS (default ` + default
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.CompletionOptions.HiddenDefaultCmd = true
-	root.AddCommand(newDevCmd(), newTopicCmd(a), newGroupCmd(a), newProduceCmd(a), newConsumeCmd(a), newBenchCmd(a), newDemoCmd(a))
+	root.AddCommand(newDevCmd(), newServerCmd(), newClusterCmd(a), newTopicCmd(a), newGroupCmd(a), newProduceCmd(a), newConsumeCmd(a), newBenchCmd(a), newDemoCmd(a))
 	return root
 }
 
@@ -166,8 +166,8 @@ func describeError(err error, brokers string) string {
 	msg = strings.ReplaceAll(msg, code+code, code)
 	switch re.Code {
 	case runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, runnelv1.ErrorCode_REQUEST_TIMED_OUT:
-		if strings.Contains(re.Message, "connect") || strings.Contains(re.Message, "Unavailable") ||
-			strings.Contains(re.Message, "DeadlineExceeded") {
+		if (strings.Contains(re.Message, "connect") || strings.Contains(re.Message, "Unavailable") ||
+			strings.Contains(re.Message, "DeadlineExceeded")) && !strings.Contains(re.Message, "controller") {
 			if brokers == "" {
 				brokers = defaultBrokers
 			}

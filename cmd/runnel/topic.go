@@ -367,7 +367,9 @@ func printTopicView(w io.Writer, v topicView) error {
 	for _, p := range v.Partitions {
 		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%d\t%d\t%d\t%s\n", p.Partition, p.LeaderID, p.LeaderEpoch,
 			joinInt32(p.Replicas), joinInt32(p.ISR), p.LogStartOffset, p.HighWatermark, p.LogEndOffset, bytesIEC(p.SizeBytes))
-		records += p.HighWatermark - p.LogStartOffset
+		if p.HighWatermark >= 0 && p.LogStartOffset >= 0 { // -1: offline, no leader to ask
+			records += p.HighWatermark - p.LogStartOffset
+		}
 		size += p.SizeBytes
 	}
 	tw.Flush()

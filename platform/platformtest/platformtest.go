@@ -13,13 +13,15 @@ import (
 	"github.com/runnel-io/runnel/platform"
 )
 
-// Config returns a node config for tests: data in dir, gRPC and HTTP on 127.0.0.1 port 0, small Badger
-// memtables and caches, a short shutdown timeout.
+// Config returns a node config for tests: a single-node cluster with data in dir, gRPC, HTTP and raft
+// on 127.0.0.1 port 0, no gossip, small Badger memtables and caches, a short shutdown timeout.
 func Config(dir string) platform.Config {
 	cfg := platform.DefaultConfig()
 	cfg.DataDir = dir
 	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.RaftAddr = "127.0.0.1:0"
+	cfg.SerfAddr = ""
 	cfg.MemTableBytes = 8 << 20
 	cfg.BlockCacheBytes = 8 << 20
 	cfg.IndexCacheBytes = 4 << 20

@@ -80,6 +80,14 @@ const (
 	ErrorCode_UNSUPPORTED_ASSIGNOR             ErrorCode = 112
 	ErrorCode_STALE_MEMBER_EPOCH               ErrorCode = 113
 	ErrorCode_INVALID_REGULAR_EXPRESSION       ErrorCode = 130
+	ErrorCode_NOT_CONTROLLER                   ErrorCode = 41
+	ErrorCode_FENCED_LEADER_EPOCH              ErrorCode = 74
+	ErrorCode_UNKNOWN_LEADER_EPOCH             ErrorCode = 75
+	ErrorCode_STALE_BROKER_EPOCH               ErrorCode = 77
+	ErrorCode_INVALID_UPDATE_VERSION           ErrorCode = 95
+	ErrorCode_DUPLICATE_BROKER_REGISTRATION    ErrorCode = 101
+	ErrorCode_BROKER_ID_NOT_REGISTERED         ErrorCode = 102
+	ErrorCode_INCONSISTENT_CLUSTER_ID          ErrorCode = 104
 	ErrorCode_UNKNOWN_SERVER_ERROR             ErrorCode = 100 // Kafka uses -1; proto3 enums are kept non-negative here.
 )
 
@@ -130,6 +138,14 @@ var (
 		112: "UNSUPPORTED_ASSIGNOR",
 		113: "STALE_MEMBER_EPOCH",
 		130: "INVALID_REGULAR_EXPRESSION",
+		41:  "NOT_CONTROLLER",
+		74:  "FENCED_LEADER_EPOCH",
+		75:  "UNKNOWN_LEADER_EPOCH",
+		77:  "STALE_BROKER_EPOCH",
+		95:  "INVALID_UPDATE_VERSION",
+		101: "DUPLICATE_BROKER_REGISTRATION",
+		102: "BROKER_ID_NOT_REGISTERED",
+		104: "INCONSISTENT_CLUSTER_ID",
 		100: "UNKNOWN_SERVER_ERROR",
 	}
 	ErrorCode_value = map[string]int32{
@@ -177,6 +193,14 @@ var (
 		"UNSUPPORTED_ASSIGNOR":             112,
 		"STALE_MEMBER_EPOCH":               113,
 		"INVALID_REGULAR_EXPRESSION":       130,
+		"NOT_CONTROLLER":                   41,
+		"FENCED_LEADER_EPOCH":              74,
+		"UNKNOWN_LEADER_EPOCH":             75,
+		"STALE_BROKER_EPOCH":               77,
+		"INVALID_UPDATE_VERSION":           95,
+		"DUPLICATE_BROKER_REGISTRATION":    101,
+		"BROKER_ID_NOT_REGISTERED":         102,
+		"INCONSISTENT_CLUSTER_ID":          104,
 		"UNKNOWN_SERVER_ERROR":             100,
 	}
 )
@@ -526,9 +550,13 @@ type ProducePartition struct {
 	// for these batches, as client/telemetry.SendSpan.TraceContext returns it. The broker continues the
 	// trace from it per partition; gRPC metadata cannot carry it for the requests of a long-lived
 	// ProduceStream, which all share the stream's one context. Empty: the call's context (unary Produce).
-	TraceContext  map[string]string `protobuf:"bytes,4,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TraceContext map[string]string `protobuf:"bytes,4,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// current_leader_epoch is the leader epoch the client's metadata names (KIP-320). A broker whose epoch
+	// is newer answers FENCED_LEADER_EPOCH, one whose epoch is older UNKNOWN_LEADER_EPOCH; both make the
+	// client refresh metadata and retry. Unset: not checked.
+	CurrentLeaderEpoch *int32 `protobuf:"varint,5,opt,name=current_leader_epoch,json=currentLeaderEpoch,proto3,oneof" json:"current_leader_epoch,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ProducePartition) Reset() {
@@ -587,6 +615,13 @@ func (x *ProducePartition) GetTraceContext() map[string]string {
 		return x.TraceContext
 	}
 	return nil
+}
+
+func (x *ProducePartition) GetCurrentLeaderEpoch() int32 {
+	if x != nil && x.CurrentLeaderEpoch != nil {
+		return *x.CurrentLeaderEpoch
+	}
+	return 0
 }
 
 type ProduceResponse struct {
@@ -818,8 +853,10 @@ type FetchPartition struct {
 	FetchOffset int64 `protobuf:"varint,3,opt,name=fetch_offset,json=fetchOffset,proto3" json:"fetch_offset,omitempty"`
 	// partition_max_bytes caps this partition's share (0 means 1048576).
 	PartitionMaxBytes int32 `protobuf:"varint,4,opt,name=partition_max_bytes,json=partitionMaxBytes,proto3" json:"partition_max_bytes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// current_leader_epoch: as in ProducePartition.
+	CurrentLeaderEpoch *int32 `protobuf:"varint,5,opt,name=current_leader_epoch,json=currentLeaderEpoch,proto3,oneof" json:"current_leader_epoch,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *FetchPartition) Reset() {
@@ -876,6 +913,13 @@ func (x *FetchPartition) GetFetchOffset() int64 {
 func (x *FetchPartition) GetPartitionMaxBytes() int32 {
 	if x != nil {
 		return x.PartitionMaxBytes
+	}
+	return 0
+}
+
+func (x *FetchPartition) GetCurrentLeaderEpoch() int32 {
+	if x != nil && x.CurrentLeaderEpoch != nil {
+		return *x.CurrentLeaderEpoch
 	}
 	return 0
 }
@@ -2731,15 +2775,17 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"timeout_ms\x18\x03 \x01(\x05R\ttimeoutMs\x12;\n" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2\x1b.runnel.v1.ProducePartitionR\n" +
-	"partitions\"\xf5\x01\n" +
+	"partitions\"\xc5\x02\n" +
 	"\x10ProducePartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x18\n" +
 	"\arecords\x18\x03 \x01(\fR\arecords\x12R\n" +
-	"\rtrace_context\x18\x04 \x03(\v2-.runnel.v1.ProducePartition.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\rtrace_context\x18\x04 \x03(\v2-.runnel.v1.ProducePartition.TraceContextEntryR\ftraceContext\x125\n" +
+	"\x14current_leader_epoch\x18\x05 \x01(\x05H\x00R\x12currentLeaderEpoch\x88\x01\x01\x1a?\n" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"{\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x17\n" +
+	"\x15_current_leader_epoch\"{\n" +
 	"\x0fProduceResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x03R\rcorrelationId\x12A\n" +
 	"\n" +
@@ -2760,12 +2806,14 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x0fisolation_level\x18\x04 \x01(\x0e2\x19.runnel.v1.IsolationLevelR\x0eisolationLevel\x129\n" +
 	"\n" +
 	"partitions\x18\x05 \x03(\v2\x19.runnel.v1.FetchPartitionR\n" +
-	"partitions\"\x97\x01\n" +
+	"partitions\"\xe7\x01\n" +
 	"\x0eFetchPartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12!\n" +
 	"\ffetch_offset\x18\x03 \x01(\x03R\vfetchOffset\x12.\n" +
-	"\x13partition_max_bytes\x18\x04 \x01(\x05R\x11partitionMaxBytes\"P\n" +
+	"\x13partition_max_bytes\x18\x04 \x01(\x05R\x11partitionMaxBytes\x125\n" +
+	"\x14current_leader_epoch\x18\x05 \x01(\x05H\x00R\x12currentLeaderEpoch\x88\x01\x01B\x17\n" +
+	"\x15_current_leader_epoch\"P\n" +
 	"\rFetchResponse\x12?\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2\x1f.runnel.v1.FetchPartitionResultR\n" +
@@ -2914,7 +2962,8 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
 	"\x19AlterTopicConfigsResponse\x120\n" +
-	"\aconfigs\x18\x01 \x03(\v2\x16.runnel.v1.ConfigEntryR\aconfigs*\xa1\t\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x16.runnel.v1.ConfigEntryR\aconfigs*\xfa\n" +
+	"\n" +
 	"\tErrorCode\x12\b\n" +
 	"\x04NONE\x10\x00\x12\x17\n" +
 	"\x13OFFSET_OUT_OF_RANGE\x10\x01\x12\x13\n" +
@@ -2960,7 +3009,15 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x16UNRELEASED_INSTANCE_ID\x10o\x12\x18\n" +
 	"\x14UNSUPPORTED_ASSIGNOR\x10p\x12\x16\n" +
 	"\x12STALE_MEMBER_EPOCH\x10q\x12\x1f\n" +
-	"\x1aINVALID_REGULAR_EXPRESSION\x10\x82\x01\x12\x18\n" +
+	"\x1aINVALID_REGULAR_EXPRESSION\x10\x82\x01\x12\x12\n" +
+	"\x0eNOT_CONTROLLER\x10)\x12\x17\n" +
+	"\x13FENCED_LEADER_EPOCH\x10J\x12\x18\n" +
+	"\x14UNKNOWN_LEADER_EPOCH\x10K\x12\x16\n" +
+	"\x12STALE_BROKER_EPOCH\x10M\x12\x1a\n" +
+	"\x16INVALID_UPDATE_VERSION\x10_\x12!\n" +
+	"\x1dDUPLICATE_BROKER_REGISTRATION\x10e\x12\x1c\n" +
+	"\x18BROKER_ID_NOT_REGISTERED\x10f\x12\x1b\n" +
+	"\x17INCONSISTENT_CLUSTER_ID\x10h\x12\x18\n" +
 	"\x14UNKNOWN_SERVER_ERROR\x10d*4\n" +
 	"\x04Acks\x12\f\n" +
 	"\bACKS_ALL\x10\x00\x12\x0f\n" +
@@ -3117,6 +3174,8 @@ func file_runnel_v1_runnel_proto_init() {
 	if File_runnel_v1_runnel_proto != nil {
 		return
 	}
+	file_runnel_v1_runnel_proto_msgTypes[2].OneofWrappers = []any{}
+	file_runnel_v1_runnel_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
