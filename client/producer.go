@@ -95,6 +95,9 @@ type ppart struct {
 	retryAt  time.Time // nothing is sent before this (backoff after a retriable error)
 	sink     *sink     // the broker the partition's batches go to
 	leader   int32     // leader from the latest metadata (-1 unknown)
+	// epoch is the leader epoch from the latest metadata, sent with each batch (KIP-320) so a broker
+	// that is no longer the leader, or not yet, refuses it rather than storing it.
+	epoch atomic.Int32
 	nextSeq  uint64    // sequence of the next batch created
 	nextDone uint64    // sequence of the next batch whose promises may run
 	held     []*pbatch // finished batches waiting for an earlier one, by sequence
@@ -447,6 +450,7 @@ func (p *Producer) applyMeta(t *ptopic) {
 	}
 	p.topicsMu.Unlock()
 	for i, pm := range tm.partitions {
+		parts[i].epoch.Store(pm.epoch)
 		parts[i].setLeader(p, pm.leader)
 	}
 }

@@ -251,6 +251,9 @@ func (s *sink) send(req *request) {
 		// context itself (nil when the batch is not traced).
 		pr.Partitions[i] = &runnelv1.ProducePartition{Topic: req.parts[i].topic, Partition: req.parts[i].id, Records: b.wire,
 			TraceContext: b.send.TraceContext()}
+		if e := req.parts[i].epoch.Load(); e >= 0 {
+			pr.Partitions[i].CurrentLeaderEpoch = &e
+		}
 	}
 	req.gen, req.sent = gen, time.Now()
 	acked := p.acks != runnelv1.Acks_ACKS_NONE
