@@ -50,6 +50,9 @@ type Config struct {
 	// CompactionCheckInterval is how often the log cleaner looks at the partitions of compacted topics
 	// (default DefaultCompactionCheckInterval, 15 s); a partition that is not due costs a key scan.
 	CompactionCheckInterval time.Duration
+	// ReplicaLagTimeMax is how long a follower may go without catching up before the leader drops it
+	// from the ISR (Kafka's replica.lag.time.max.ms; default DefaultReplicaLagTimeMax).
+	ReplicaLagTimeMax time.Duration
 	// ControllerVoters is the number of controller voters, each a broker too: the fewest brokers the
 	// cluster will have, so internal topics wait for them before choosing a replication factor.
 	ControllerVoters int
@@ -72,12 +75,16 @@ type Metadata interface {
 	Propose(ctx context.Context, cmd meta.Command) (*meta.Image, error)
 	// ControllerID is the node id of the controller leader, -1 while none is known.
 	ControllerID() int32
+	// Epoch is this broker's epoch: the metadata offset of the registration of this run (this
+	// incarnation), 0 until the controller has it.
+	Epoch() uint64
 }
 
 // Broker serves produce, fetch, offsets, metadata and topic admin for one node.
 type Broker struct {
 	runnelv1.UnimplementedRecordsServer
 	runnelv1.UnimplementedAdminServer
+	runnelv1.UnimplementedReplicationServer
 
 	cfg   Config
 	store *plog.Store
@@ -87,9 +94,12 @@ type Broker struct {
 
 	mu    sync.RWMutex
 	parts map[string]*topicLogs // by topic name: the logs of the partitions this node holds
+	repl  *replication
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop     chan struct{}
+	draining chan struct{} // closed by Drain
+	drainMu  sync.Once
+	wg       sync.WaitGroup
 }
 
 // topicLogs are the local logs of one topic incarnation (a topic deleted and created again has a new
@@ -112,17 +122,23 @@ func New(cfg Config, store *plog.Store, md Metadata, logger *slog.Logger) (*Brok
 	if logger == nil {
 		logger = slog.Default()
 	}
-	b := &Broker{cfg: cfg, store: store, md: md, log: logger, tel: cfg.Telemetry, parts: map[string]*topicLogs{}, stop: make(chan struct{})}
+	b := &Broker{cfg: cfg, store: store, md: md, log: logger, tel: cfg.Telemetry, parts: map[string]*topicLogs{}, stop: make(chan struct{}), draining: make(chan struct{})}
 	b.tel.ObserveStorage(b.storageStats)
+	b.repl = newReplication(b)
 	if err := b.reconcile(md.Image()); err != nil {
 		return nil, err
 	}
-	b.wg.Add(2)
+	b.wg.Add(3)
+	go b.repl.loop()
 	go b.metadataLoop()
 	go b.retentionLoop()
 	b.startCompaction()
 	return b, nil
 }
+
+// Drain ends the open produce streams (their clients reconnect elsewhere), so a graceful stop of the
+// gRPC server does not wait for idle streams. The node calls it after its controlled shutdown.
+func (b *Broker) Drain() { b.drainMu.Do(func() { close(b.draining) }) }
 
 // Close stops the broker's background work. In-flight requests finish with the store's errors.
 func (b *Broker) Close() {
@@ -134,11 +150,14 @@ func (b *Broker) Close() {
 	b.wg.Wait()
 }
 
-// Ready reports whether the broker is serving: this node is registered and unfenced in the metadata
-// it has applied (registration fenced it until it caught up, KIP-631).
+// Ready reports whether the broker is serving: this run of the node is registered and unfenced in the
+// metadata it has applied (registration fenced it until it caught up, KIP-631). The registration of a
+// previous run, replayed from the node's own metadata log, does not count: until this run's is applied
+// the image may still be missing whatever happened since.
 func (b *Broker) Ready() bool {
 	br, ok := b.md.Image().Broker(b.cfg.NodeID)
-	return ok && !br.Fenced
+	epoch := b.md.Epoch()
+	return ok && !br.Fenced && epoch != 0 && br.Epoch == epoch
 }
 
 // metadataLoop applies every new image to the local logs, and once this broker is unfenced (its
@@ -197,6 +216,12 @@ func (b *Broker) reconcile(img *meta.Image) error {
 			}
 		}
 	}
+	b.repl.apply(img, func(t *meta.Topic, p int32) *plog.Partition {
+		if tl := b.parts[t.Name]; tl != nil && tl.num == t.Num && int(p) < len(tl.logs) {
+			return tl.logs[p]
+		}
+		return nil
+	})
 	return errors.Join(errs...)
 }
 

@@ -34,13 +34,20 @@ func (b *Broker) Fetch(ctx context.Context, req *runnelv1.FetchRequest) (resp *r
 			return nil, rerr.ToStatus(rerr.New(runnelv1.ErrorCode_INVALID_FETCH_SIZE, "%s-%d: negative partition_max_bytes %d", fp.Topic, fp.Partition, fp.PartitionMaxBytes))
 		}
 	}
+	return longPoll(ctx, deadline, int(req.MinBytes), func() (*runnelv1.FetchResponse, int, bool, []<-chan struct{}) {
+		return b.readOnce(req, maxBytes)
+	})
+}
+
+// longPoll calls read until its answer holds minBytes (at least one byte when minBytes is 0 and there is
+// time left), a partition failed, or the deadline passed, waiting between calls for any of the change
+// channels read returned (taken before reading, so no change is missed), the deadline or ctx. Fetch and
+// ReplicaFetch share it.
+func longPoll[T any](ctx context.Context, deadline time.Time, minBytes int, read func() (T, int, bool, []<-chan struct{})) (T, error) {
 	var timer *time.Timer
 	for {
-		var total int
-		var anyErr bool
-		var changed []<-chan struct{}
-		resp, total, anyErr, changed = b.readOnce(req, maxBytes)
-		if total >= int(req.MinBytes) && (total > 0 || req.MinBytes > 0) || anyErr || !time.Now().Before(deadline) {
+		resp, total, anyErr, changed := read()
+		if total >= minBytes && (total > 0 || minBytes > 0) || anyErr || !time.Now().Before(deadline) {
 			return resp, nil
 		}
 		// Nothing worth answering yet: wait for any partition to change, the deadline, or the caller.
@@ -58,9 +65,10 @@ func (b *Broker) Fetch(ctx context.Context, req *runnelv1.FetchRequest) (resp *r
 		chosen, _, _ := reflect.Select(cases)
 		switch chosen {
 		case 0:
-			return nil, rerr.ToStatus(ctx.Err())
+			var zero T
+			return zero, rerr.ToStatus(ctx.Err())
 		case 1:
-			resp, _, _, _ = b.readOnce(req, maxBytes)
+			resp, _, _, _ = read()
 			return resp, nil
 		}
 	}

@@ -27,6 +27,10 @@ import (
 // maxGroupsPerRequest caps the group ids of one DescribeGroups or DeleteGroups.
 const maxGroupsPerRequest = 10_000
 
+// groupWriteTimeout bounds how long a group write to a replicated __consumer_offsets partition waits for
+// the ISR; after it the shard is reloaded from its log (follow), since the core's memory ran ahead.
+const groupWriteTimeout = 30 * time.Second
+
 // replayReadBytes is how much of a __consumer_offsets partition one read takes while loading.
 const replayReadBytes = 4 << 20
 
@@ -64,7 +68,10 @@ type groupShard struct {
 	partition   int32
 	leaderEpoch int32 // the epoch at which this node loaded it: a later epoch means a reload
 	plog        *plog.Partition
-	log         *slog.Logger
+	// replicated waits, for a replicated partition, until the ISR has the records of an append (acks=all),
+	// calling done with the outcome; nil for a partition with one replica.
+	replicated func(res plog.AppendResult, done func(error))
+	log        *slog.Logger
 
 	mu     sync.Mutex
 	core   *group.Coordinator
@@ -123,8 +130,16 @@ func (gc *GroupCoordinator) follow(now time.Time) {
 	gc.dropShards(func(p int32) bool {
 		st, ok := t.Partition(p)
 		s := gc.shards[p]
-		return !ok || st.Leader != gc.b.cfg.NodeID || st.LeaderEpoch != s.leaderEpoch
+		s.mu.Lock()
+		failed := s.failed != nil && len(s.queue) == 0
+		s.mu.Unlock()
+		// A shard whose write failed is reloaded from its log, which is the truth (the core's memory
+		// ran ahead of it).
+		return !ok || st.Leader != gc.b.cfg.NodeID || st.LeaderEpoch != s.leaderEpoch || failed
 	})
+	if !gc.b.Ready() {
+		return // loading from a log this node may not lead any more is wasted: wait for this run's metadata
+	}
 	for i, st := range t.Assignment {
 		p := int32(i)
 		gc.shardsMu.RLock()
@@ -160,7 +175,7 @@ func (gc *GroupCoordinator) dropShards(drop func(p int32) bool) {
 	for p := range gc.shards {
 		if drop(p) {
 			delete(gc.shards, p)
-			gc.log.Info("group partition unloaded: no longer its leader", "partition", p)
+			gc.log.Info("group partition unloaded", "partition", p)
 		}
 	}
 }
@@ -172,6 +187,11 @@ func (gc *GroupCoordinator) load(t *meta.Topic, p, leaderEpoch int32, now time.T
 		return err
 	}
 	s := &groupShard{partition: p, leaderEpoch: leaderEpoch, plog: l, log: gc.log, core: group.New(gc.cfg)}
+	if st, _ := t.Partition(p); len(st.Replicas) > 1 {
+		s.replicated = func(res plog.AppendResult, done func(error)) {
+			gc.b.afterAppend(t, p, true, res, time.Now().Add(groupWriteTimeout), done)
+		}
+	}
 	if err := s.replay(); err != nil {
 		return err
 	}
@@ -221,11 +241,18 @@ func (gc *GroupCoordinator) loadedShards() []*groupShard {
 	return out
 }
 
-// replay feeds every record of the partition, from its log start to its HW, to the core.
+// replay feeds every record of the partition, from its log start to its HW (its durable end when
+// replicated), to the core.
 func (s *groupShard) replay() error {
 	bad := 0
-	for off := s.plog.LogStartOffset(); off < s.plog.HighWatermark(); {
-		data, err := s.plog.Read(nil, off, replayReadBytes)
+	// A replicated partition is read to its durable end: this leader's log is the truth from now on,
+	// and what it holds above the HW becomes committed as the followers copy it.
+	end, read := s.plog.HighWatermark, s.plog.Read
+	if s.plog.Replicated() {
+		end, read = s.plog.DurableEnd, s.plog.ReadLocal
+	}
+	for off := s.plog.LogStartOffset(); off < end(); {
+		data, err := read(nil, off, replayReadBytes)
 		if err != nil {
 			return fmt.Errorf("load %s-%d at offset %d: %w", group.OffsetsTopic, s.partition, off, err)
 		}
@@ -334,8 +361,14 @@ func (s *groupShard) submit(recs []group.Record, now time.Time) *groupWrite {
 	w := &groupWrite{recs: recs, applied: make(chan struct{})}
 	s.queue = append(s.queue, w)
 	// The builder is dropped here, so the built bytes are ours to hand to plog.
-	s.plog.AppendAsync(b.Build(batch.CompressionNone), plog.AppendOptions{Sync: true, LogAppendTime: -1},
-		func(_ plog.AppendResult, err error) { s.complete(w, err) })
+	s.plog.AppendAsync(b.Build(batch.CompressionNone), plog.AppendOptions{Sync: true, LogAppendTime: -1, LeaderEpoch: s.leaderEpoch},
+		func(res plog.AppendResult, err error) {
+			if err != nil || s.replicated == nil {
+				s.complete(w, err)
+				return
+			}
+			s.replicated(res, func(err error) { s.complete(w, err) })
+		})
 	return w
 }
 
@@ -352,7 +385,7 @@ func (s *groupShard) complete(w *groupWrite, err error) {
 		switch {
 		case head.err != nil && s.failed == nil:
 			s.failed = head.err
-			s.log.Error("writing group state failed; the partition's groups are unavailable until restart",
+			s.log.Error("writing group state failed; the partition's groups are reloaded from its log",
 				"partition", s.partition, "err", head.err)
 		case head.err == nil && s.failed == nil:
 			s.core.Apply(head.recs)

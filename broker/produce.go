@@ -89,7 +89,7 @@ func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest,
 		r := &runnelv1.ProducePartitionResult{Topic: pp.Topic, Partition: pp.Partition, BaseOffset: -1, LogAppendTimeMs: -1, LogStartOffset: -1}
 		c.resp.Partitions[i] = r
 		obs := b.tel.StartAppend(ctx, pp)
-		b.appendPartition(pp, req.Acks, now, func(res plog.AppendResult, appendTime int64, err error) {
+		b.appendPartition(pp, req.Acks, now, time.Now().Add(timeout), func(res plog.AppendResult, appendTime int64, err error) {
 			obs.Done(res.BaseOffset, err)
 			c.mu.Lock()
 			if r.Error == nil { // not timed out already
@@ -111,14 +111,20 @@ func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest,
 	return c, nil
 }
 
-// appendPartition validates one partition's batches and enqueues them; done is called exactly once.
-func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Acks, now int64, done func(plog.AppendResult, int64, error)) {
+// appendPartition validates one partition's batches and enqueues them; done is called exactly once:
+// once they are written (acks=1) or, with acks=all, written and fsynced here and, for a replicated
+// partition, in every ISR member's log (the high watermark passed them), or with the error.
+func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Acks, now int64, deadline time.Time, done func(plog.AppendResult, int64, error)) {
+	acksAll := acks == runnelv1.Acks_ACKS_ALL
 	t, p, err := b.partition(pp.Topic, pp.Partition)
 	if err == nil {
 		err = checkEpoch(pp.Topic, pp.Partition, t, pp.CurrentLeaderEpoch)
 	}
 	if err == nil {
 		err = checkWritable(t)
+	}
+	if err == nil {
+		_, err = b.replicaOf(t, pp.Partition, acksAll)
 	}
 	if err != nil {
 		done(plog.AppendResult{}, -1, err)
@@ -159,7 +165,13 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 	if t.Config.LogAppendTime {
 		opts.LogAppendTime = now
 	}
-	p.AppendAsync(pp.Records, opts, func(res plog.AppendResult, err error) { done(res, opts.LogAppendTime, err) })
+	p.AppendAsync(pp.Records, opts, func(res plog.AppendResult, err error) {
+		if err != nil {
+			done(res, opts.LogAppendTime, err)
+			return
+		}
+		b.afterAppend(t, pp.Partition, acksAll, res, deadline, func(err error) { done(res, opts.LogAppendTime, err) })
+	})
 }
 
 // requireKeys refuses a batch with a keyless record for a compacted topic, as Kafka does (INVALID_RECORD):
@@ -231,13 +243,39 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 			<-inflight
 		}
 	}()
+	// Recv runs on its own goroutine so the loop below can also stop for a draining broker (Drain):
+	// a producer's stream stays open while idle, and would hold a graceful stop until its timeout.
+	// The goroutine ends when Recv fails, which it does once this handler has returned.
+	reqs := make(chan *runnelv1.ProduceRequest)
+	recvFailed := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvFailed <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-stream.Context().Done():
+				recvFailed <- stream.Context().Err()
+				return
+			}
+		}
+	}()
 	var recvErr error
 	for {
-		req, err := stream.Recv()
-		if err != nil {
+		var req *runnelv1.ProduceRequest
+		select {
+		case req = <-reqs:
+		case err := <-recvFailed:
 			if !errors.Is(err, io.EOF) {
 				recvErr = err
 			}
+		case <-b.draining:
+			recvErr = rerr.ToStatus(rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "broker %d is shutting down", b.cfg.NodeID))
+		}
+		if req == nil {
 			break
 		}
 		acks := req.Acks
@@ -251,7 +289,7 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 		}
 		pending.Add(1)
 		start := time.Now()
-		_, err = b.startProduce(context.Background(), req, func(resp *runnelv1.ProduceResponse) {
+		_, err := b.startProduce(context.Background(), req, func(resp *runnelv1.ProduceResponse) {
 			if acks != runnelv1.Acks_ACKS_NONE {
 				out <- streamAnswer{resp, start, acks}
 			} else {

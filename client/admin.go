@@ -233,7 +233,8 @@ func (a *Admin) leaderOffsets(ctx context.Context, d *TopicDescription, stats bo
 		return err
 	}
 	for leader, idx := range byLeader {
-		err := a.cl.retry(ctx, func(ctx context.Context) error {
+		lctx, cancel := context.WithTimeout(ctx, 3*time.Second) // a dead leader must not hold up the rest
+		err := a.cl.retry(lctx, func(ctx context.Context) error {
 			cc, err := a.cl.nodeConn(leader)
 			if err != nil {
 				return err
@@ -259,8 +260,15 @@ func (a *Admin) leaderOffsets(ctx context.Context, d *TopicDescription, stats bo
 			}
 			return nil
 		})
+		cancel()
 		if err != nil {
-			return fmt.Errorf("describe %s on its leader %d: %w", d.Name, leader, unfinal(err))
+			// A leader that does not answer (it just died; the controller has not moved its partitions
+			// yet) leaves its partitions' offsets at -1 rather than failing the whole description.
+			a.cfg.common.logger.Debug("describe on a partition leader failed", "topic", d.Name, "leader", leader, "err", err)
+			for _, i := range idx {
+				p := &d.Partitions[i]
+				p.LogStartOffset, p.HighWatermark, p.LogEndOffset, p.SizeBytes, p.Stats = -1, -1, -1, 0, nil
+			}
 		}
 	}
 	return nil

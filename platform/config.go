@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/runnel-io/runnel/broker"
 	"github.com/runnel-io/runnel/broker/group"
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/platform/controller"
@@ -45,6 +46,9 @@ type Config struct {
 	// GossipKey is a base64 AES key (16, 24 or 32 bytes) that encrypts serf gossip; every node of a
 	// cluster needs the same one. Empty: gossip in clear.
 	GossipKey string
+	// ReplicaLagTimeMax is how long a follower may go without catching up with its leader before the
+	// leader removes it from the ISR (Kafka's replica.lag.time.max.ms; default 10s).
+	ReplicaLagTimeMax time.Duration
 	// BrokerHeartbeatInterval and BrokerSessionTimeout: how often this broker heartbeats to the
 	// controller leader, and how long the leader waits for one before fencing a broker (defaults 500ms
 	// and 3s; Kafka's broker.heartbeat.interval.ms and broker.session.timeout.ms).
@@ -83,6 +87,7 @@ func DefaultConfig() Config {
 		HTTPAddr:                "127.0.0.1:7071",
 		RaftAddr:                "127.0.0.1:7072",
 		SerfAddr:                "127.0.0.1:7946",
+		ReplicaLagTimeMax:       broker.DefaultReplicaLagTimeMax,
 		BrokerHeartbeatInterval: controller.DefaultHeartbeatInterval,
 		BrokerSessionTimeout:    controller.DefaultSessionTimeout,
 		Fsync:                   true,
@@ -136,6 +141,9 @@ func (c Config) Validate() error {
 		if _, err := membership.ParseKey(c.GossipKey); err != nil {
 			return err
 		}
+	}
+	if c.ReplicaLagTimeMax < 100*time.Millisecond {
+		return fmt.Errorf("replica lag time max %v: at least 100ms", c.ReplicaLagTimeMax)
 	}
 	if c.BrokerHeartbeatInterval <= 0 || c.BrokerSessionTimeout < 2*c.BrokerHeartbeatInterval {
 		return fmt.Errorf("broker heartbeat interval %v and session timeout %v: the timeout must be at least two intervals", c.BrokerHeartbeatInterval, c.BrokerSessionTimeout)

@@ -128,7 +128,7 @@ func (n *Node) Start() (err error) {
 		HeartbeatInterval: n.cfg.BrokerHeartbeatInterval, SessionTimeout: n.cfg.BrokerSessionTimeout, Logger: n.log,
 	}, n.fsm, n.quorum, n.memb)
 	if n.broker, err = broker.New(broker.Config{NodeID: n.cfg.NodeID, AdvertisedAddr: adv, Rack: n.cfg.Rack,
-		RetentionCheckInterval: n.cfg.RetentionCheckInterval, ControllerVoters: len(voters), Telemetry: n.tel.brokerTelemetry()}, n.store, n.ctl, n.log); err != nil {
+		RetentionCheckInterval: n.cfg.RetentionCheckInterval, ControllerVoters: len(voters), ReplicaLagTimeMax: n.cfg.ReplicaLagTimeMax, Telemetry: n.tel.brokerTelemetry()}, n.store, n.ctl, n.log); err != nil {
 		return err
 	}
 	if n.groups, err = broker.NewGroupCoordinator(n.broker, n.cfg.Groups, n.log); err != nil {
@@ -143,13 +143,15 @@ func (n *Node) Start() (err error) {
 	}, n.tel.serverOptions()...)...)
 	runnelv1.RegisterRecordsServer(n.grpc, n.broker)
 	runnelv1.RegisterAdminServer(n.grpc, n.broker)
+	runnelv1.RegisterReplicationServer(n.grpc, n.broker)
 	runnelv1.RegisterGroupsServer(n.grpc, n.groups)
 	n.ctl.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
 	for _, svc := range []string{"", runnelv1.Records_ServiceDesc.ServiceName, runnelv1.Admin_ServiceDesc.ServiceName,
-		runnelv1.Groups_ServiceDesc.ServiceName, runnelv1.Cluster_ServiceDesc.ServiceName, runnelv1.Controller_ServiceDesc.ServiceName} {
+		runnelv1.Groups_ServiceDesc.ServiceName, runnelv1.Cluster_ServiceDesc.ServiceName, runnelv1.Controller_ServiceDesc.ServiceName,
+		runnelv1.Replication_ServiceDesc.ServiceName} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 	n.wg.Add(1)
@@ -249,6 +251,9 @@ func (n *Node) Close() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			n.ctl.Shutdown(ctx)
 			cancel()
+		}
+		if n.broker != nil {
+			n.broker.Drain()
 		}
 		if n.http != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)

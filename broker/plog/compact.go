@@ -112,7 +112,7 @@ func (p *Partition) Compact(ctx context.Context, now time.Time, cfg CompactConfi
 		segMs = DefaultSegmentMs
 	}
 	p.mu.Lock()
-	if p.segBytes > 0 && p.next == p.hw && nowMs-p.segTime > segMs {
+	if p.segBytes > 0 && p.next == p.durable && nowMs-p.segTime > segMs {
 		// Kafka rolls only on append, so a quiet log's active segment is never cleaned. Rolling it
 		// here once it is older than segment.ms (and nothing is being written) lets the cleaner reach
 		// it; the next append starts a new segment and persists it.

@@ -2,12 +2,15 @@ package plog
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,6 +48,7 @@ func kill9Child(dir string) {
 		os.Exit(2)
 	}
 	var out sync.Mutex
+	go kill9Replication(s, &out)
 	for w := range kill9Writers {
 		go func() {
 			for seq := 0; ; seq++ {
@@ -75,6 +79,154 @@ func kill9Child(dir string) {
 	os.Exit(3)
 }
 
+// Replication in the child: a leader partition (topic 4 partition 0) takes acks=all appends in rising
+// leader epochs, and a follower partition in replicated mode (topic 4 partition 1) copies it with
+// ReadLocal → AppendReplica, moves its HW, and every few rounds truncates back to the start of one of
+// its latest epochs (as after a leader change) and copies again.
+var (
+	kill9Leader   = PartitionID{TopicNum: 4, Partition: 0}
+	kill9Follower = PartitionID{TopicNum: 4, Partition: 1}
+)
+
+// kill9Replication runs the leader's writer and the follower's fetch loop, printing for the follower
+// "rep <hw> <leo>" when an AppendReplica queued after setting the HW to <hw> returned with LEO <leo>
+// (so the HW checkpoint is committed), "cut <offset>" before a Truncate and "trunc <leo>" after it.
+func kill9Replication(s *Store, out *sync.Mutex) {
+	die := func(what string, err error) {
+		fmt.Fprintln(os.Stderr, "child "+what+":", err)
+		os.Exit(2)
+	}
+	say := func(format string, a ...any) {
+		out.Lock()
+		_, _ = fmt.Fprintf(os.Stdout, format+"\n", a...)
+		out.Unlock()
+	}
+	l, err := s.Partition(kill9Leader)
+	if err != nil {
+		die("leader", err)
+	}
+	f, err := s.Partition(kill9Follower)
+	if err != nil {
+		die("follower", err)
+	}
+	f.SetReplicated()
+	go func() {
+		base := l.LatestEpoch() + 1 // a new round has a new leader epoch
+		for seq := 0; ; seq++ {
+			recs := make([]rec, 1+seq%3)
+			for i := range recs {
+				recs[i] = rec{ts: int64(seq), key: kill9Pad[:100], value: []byte(fmt.Sprintf("l%d#%d", seq, i))}
+			}
+			opts := AppendOptions{Sync: true, LogAppendTime: -1, LeaderEpoch: base + int32(seq/10)}
+			if _, err := l.Append(context.Background(), makeBatch(panicTB{}, 0, recs...), opts); err != nil {
+				die("leader append", err)
+			}
+		}
+	}()
+	for i := 1; ; i++ {
+		if es := f.EpochEntries(); i%6 == 0 && len(es) > 0 {
+			cut := es[max(len(es)-1-i/6%2, 0)].StartOffset
+			say("cut %d", cut)
+			end, err := f.Truncate(cut)
+			if err != nil {
+				die("truncate", err)
+			}
+			say("trunc %d", end)
+		}
+		if err := f.SetHighWatermark(min(f.DurableEnd(), l.HighWatermark())); err != nil {
+			die("set HW", err)
+		}
+		hw := f.HighWatermark()
+		changed := l.Changed()
+		b, err := l.ReadLocal(nil, f.LogEndOffset(), 8<<10)
+		if err != nil {
+			die("leader read", err)
+		}
+		if len(b) == 0 {
+			select {
+			case <-changed:
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		leo, err := f.AppendReplica(context.Background(), b, AppendOptions{Sync: true})
+		if err != nil {
+			die("append replica", err)
+		}
+		say("rep %d %d", hw, leo)
+	}
+}
+
+// kill9CheckReplication checks the replicated pair after a kill: the follower is in replicated mode,
+// its log is a prefix of the leader's (bytes, offsets, epochs) with an epoch cache that matches its
+// batches, every acknowledged append and truncation of it survived, and its HW lies between the last
+// checkpointed HW and its LEO.
+func kill9CheckReplication(t *testing.T, s *Store, events []string) {
+	t.Helper()
+	l, f := mustPartition(t, s, kill9Leader), mustPartition(t, s, kill9Follower)
+	var lb, acked, cut int64 = 0, 0, -1
+	reps, truncs := 0, 0
+	for _, e := range events {
+		var a, b int64
+		switch {
+		case strings.HasPrefix(e, "rep "):
+			_, err := fmt.Sscanf(e, "rep %d %d", &a, &b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lb, acked = max(lb, a), b
+			reps++
+		case strings.HasPrefix(e, "cut "):
+			if _, err := fmt.Sscanf(e, "cut %d", &cut); err != nil {
+				t.Fatal(err)
+			}
+		case strings.HasPrefix(e, "trunc "):
+			if _, err := fmt.Sscanf(e, "trunc %d", &a); err != nil {
+				t.Fatal(err)
+			}
+			if a != cut {
+				t.Fatalf("truncated to %d at the epoch boundary %d", a, cut)
+			}
+			lb, acked, cut = min(lb, a), a, -1
+			truncs++
+		}
+	}
+	if cut >= 0 { // a truncation was under way: it may or may not have happened
+		lb, acked = min(lb, cut), min(acked, cut)
+	}
+	t.Logf("follower: %d acknowledged copies, %d truncations; LEO %d HW %d (at least %d), leader LEO %d",
+		reps, truncs, f.LogEndOffset(), f.HighWatermark(), lb, l.LogEndOffset())
+	if !f.Replicated() {
+		t.Fatal("follower not in replicated mode after the kill")
+	}
+	if f.LogEndOffset() < acked {
+		t.Fatalf("follower LEO %d below its acknowledged end %d", f.LogEndOffset(), acked)
+	}
+	if hw := f.HighWatermark(); hw > f.LogEndOffset() || hw < lb {
+		t.Fatalf("follower HW %d outside [%d, LEO %d]", hw, lb, f.LogEndOffset())
+	}
+	fl := readLocalAll(t, f, 0)
+	next := int64(0)
+	for _, g := range decode(t, fl) {
+		if g.h.BaseOffset != next {
+			t.Fatalf("follower batch at %d, want %d", g.h.BaseOffset, next)
+		}
+		next = g.h.NextOffset()
+	}
+	if next != f.LogEndOffset() || int64(len(fl)) != f.Size() {
+		t.Fatalf("follower batches end at %d (%d bytes), LEO %d size %d", next, len(fl), f.LogEndOffset(), f.Size())
+	}
+	if ll := readLocalAll(t, l, 0); !bytes.HasPrefix(ll, fl) {
+		t.Fatal("the follower's log is not a prefix of the leader's")
+	}
+	if want := derivedEpochs(t, fl); !slices.Equal(f.EpochEntries(), want) {
+		t.Fatalf("follower epoch cache %v, its batches say %v", f.EpochEntries(), want)
+	}
+	if want := derivedEpochs(t, readLocalAll(t, l, 0)); !slices.Equal(l.EpochEntries(), want) {
+		t.Fatalf("leader epoch cache %v, its batches say %v", l.EpochEntries(), want)
+	}
+}
+
 // panicTB lets makeBatch run outside a test (in the child).
 type panicTB struct{ testing.TB }
 
@@ -88,14 +240,16 @@ type kill9Ack struct {
 }
 
 // TestKill9Recovery kills a process that appends with acks=all and checks that every acknowledged
-// append is there after reopening, intact and at the acknowledged offsets, with offsets contiguous.
+// append is there after reopening, intact and at the acknowledged offsets, with offsets contiguous; and
+// that a follower copying a leader (AppendReplica, Truncate, the leader-epoch cache, the HW checkpoint)
+// comes back consistent (kill9CheckReplication).
 func TestKill9Recovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process")
 	}
 	dir := t.TempDir()
 	for round := range 2 { // the second round appends to a store that was itself recovered from a kill
-		acks := runKill9Child(t, dir, 400)
+		acks, events := runKill9Child(t, dir, 400)
 		t.Logf("round %d: %d acknowledged appends before SIGKILL", round, len(acks))
 
 		o := testOptions(t, true)
@@ -141,6 +295,7 @@ func TestKill9Recovery(t *testing.T) {
 				t.Fatalf("partition %d: LEO %d, batches end at %d", part, p.LogEndOffset(), next)
 			}
 		}
+		kill9CheckReplication(t, s, events)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -148,8 +303,8 @@ func TestKill9Recovery(t *testing.T) {
 }
 
 // runKill9Child starts the child on dir, SIGKILLs it after n acknowledgements and returns every
-// acknowledgement it printed.
-func runKill9Child(t *testing.T, dir string, n int) []kill9Ack {
+// acknowledgement it printed, and the replication lines.
+func runKill9Child(t *testing.T, dir string, n int) ([]kill9Ack, []string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Recovery$")
 	cmd.Env = append(os.Environ(), kill9Env+"="+dir)
@@ -169,9 +324,14 @@ func runKill9Child(t *testing.T, dir string, n int) []kill9Ack {
 		}
 	}()
 	var acks []kill9Ack
+	var events []string
 	sc := bufio.NewScanner(stdout)
 	deadline := time.Now().Add(20 * time.Second)
 	for sc.Scan() {
+		if !strings.HasPrefix(sc.Text(), "ack ") {
+			events = append(events, sc.Text())
+			continue
+		}
 		var a kill9Ack
 		if _, err := fmt.Sscanf(sc.Text(), "ack %d %d %d %d %d", &a.part, &a.w, &a.seq, &a.base, &a.last); err != nil {
 			t.Fatalf("child printed %q: %v", sc.Text(), err)
@@ -197,5 +357,5 @@ func runKill9Child(t *testing.T, dir string, n int) []kill9Ack {
 	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
 		t.Fatalf("child ended with %v, want SIGKILL", err)
 	}
-	return acks
+	return acks, events
 }

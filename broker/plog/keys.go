@@ -12,7 +12,13 @@ const (
 	kindState byte = 's' // s|topicNum|partition → logStartOffset(8) nextOffsetFloor(8) [cleanerCheckpoint(8)]
 	kindSeg   byte = 'g' // g|topicNum|partition → activeSegmentBase(8) activeSegmentFirstWriteMs(8)
 	kindHoriz byte = 'h' // h|topicNum|partition|baseOffset → deleteHorizonMs(8) of a batch holding tombstones
+	kindEpoch byte = 'e' // e|topicNum|partition|leaderEpoch(4) → startOffset(8): the leader-epoch cache (KIP-101)
+	kindHW    byte = 'w' // w|topicNum|partition → highWatermark(8): replicated mode's HW checkpoint
+	kindTrunc byte = 'x' // x|topicNum|partition → newStart(8) newEnd(8): a Truncate too big for one transaction, in progress
 )
+
+// partKinds are all key kinds of a partition, for DeletePartition and StoredPartitions.
+var partKinds = []byte{kindBatch, kindTime, kindState, kindSeg, kindHoriz, kindEpoch, kindHW, kindTrunc}
 
 const (
 	partPrefixLen = 1 + 8 + 4
@@ -23,6 +29,10 @@ const (
 	stateValueLen   = 24
 	segValueLen     = 16
 	horizValueLen   = 8
+	epochKeyLen     = partPrefixLen + 4
+	epochValueLen   = 8
+	hwValueLen      = 8
+	truncValueLen   = 16
 )
 
 // PartitionID names a partition log. TopicNum is a number the controller gives a topic and never reuses,
@@ -122,6 +132,65 @@ func decodeHorizon(v []byte) (int64, error) {
 		return 0, fmt.Errorf("delete horizon of %d bytes, want %d", len(v), horizValueLen)
 	}
 	return int64(binary.BigEndian.Uint64(v)), nil
+}
+
+// epochKey is the key of the leader-epoch cache entry of epoch (>= 0, so big-endian order is epoch
+// order).
+func epochKey(prefix []byte, epoch int32) []byte {
+	k := make([]byte, epochKeyLen)
+	copy(k, prefix)
+	binary.BigEndian.PutUint32(k[partPrefixLen:], uint32(epoch))
+	return k
+}
+
+// decodeEpochEntry decodes one stored leader-epoch cache entry, strictly: the key must be
+// prefix|epoch(4) with epoch >= 0 and the value one start offset >= 0.
+func decodeEpochEntry(k, v []byte) (EpochEntry, error) {
+	if len(k) != epochKeyLen {
+		return EpochEntry{}, fmt.Errorf("leader-epoch key of %d bytes, want %d", len(k), epochKeyLen)
+	}
+	if len(v) != epochValueLen {
+		return EpochEntry{}, fmt.Errorf("leader-epoch entry of %d bytes, want %d", len(v), epochValueLen)
+	}
+	e := EpochEntry{Epoch: int32(binary.BigEndian.Uint32(k[partPrefixLen:])), StartOffset: int64(binary.BigEndian.Uint64(v))}
+	if e.Epoch < 0 || e.StartOffset < 0 {
+		return EpochEntry{}, fmt.Errorf("leader-epoch entry (%d, %d) is negative", e.Epoch, e.StartOffset)
+	}
+	return e, nil
+}
+
+// encodeOffset is the value of the epoch and HW keys: one offset.
+func encodeOffset(off int64) []byte { return binary.BigEndian.AppendUint64(nil, uint64(off)) }
+
+// decodeHW decodes the HW checkpoint strictly.
+func decodeHW(v []byte) (int64, error) {
+	if len(v) != hwValueLen {
+		return 0, fmt.Errorf("high watermark checkpoint of %d bytes, want %d", len(v), hwValueLen)
+	}
+	hw := int64(binary.BigEndian.Uint64(v))
+	if hw < 0 {
+		return 0, fmt.Errorf("negative high watermark checkpoint %d", hw)
+	}
+	return hw, nil
+}
+
+// encodeTrunc is the value of the truncation key: the log keeps [newStart, newEnd).
+func encodeTrunc(newStart, newEnd int64) []byte {
+	v := make([]byte, truncValueLen)
+	binary.BigEndian.PutUint64(v, uint64(newStart))
+	binary.BigEndian.PutUint64(v[8:], uint64(newEnd))
+	return v
+}
+
+func decodeTrunc(v []byte) (newStart, newEnd int64, err error) {
+	if len(v) != truncValueLen {
+		return 0, 0, fmt.Errorf("truncation record of %d bytes, want %d", len(v), truncValueLen)
+	}
+	newStart, newEnd = int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
+	if newStart < 0 || newEnd < newStart {
+		return 0, 0, fmt.Errorf("truncation record keeps [%d, %d)", newStart, newEnd)
+	}
+	return newStart, newEnd, nil
 }
 
 // varintLen is the length of the unsigned varint encoding of v.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -22,20 +23,37 @@ type Partition struct {
 	s                                           *Store
 	id                                          PartitionID
 	lprefix, tprefix, sprefix, gprefix, hprefix []byte
+	eprefix, wprefix, xprefix                   []byte
 
-	// retMu is the partition's maintenance lock: it serialises ApplyRetention and Compact runs, which
-	// compute their changes from one snapshot and are the only writers of the state key.
+	// retMu is the partition's maintenance lock: it serialises ApplyRetention, Compact and Truncate
+	// runs, which compute their changes from one snapshot and are the only writers of the state key.
 	retMu sync.Mutex
+
+	// gen counts truncations. Truncate (on the writer goroutine) bumps it under mu after its Badger
+	// commit and before the writer writes anything more to the partition. Readers compare it before and
+	// after taking their Badger snapshot, and the syncer ignores HW advances of groups written before
+	// the truncation (the truncation's own fsync advances the durable end past them).
+	gen atomic.Int64
 
 	mu       sync.Mutex
 	gone     error // ErrPartitionDeleted or ErrClosed once retired
 	next     int64 // next offset the writer assigns (>= leo: includes batches being written)
 	maxTs    int64 // running max of batch max timestamps (time index), -1 when none
 	leo      int64 // end of what is written to Badger
-	hw       int64 // end of what readers may see: written, and fsynced when Options.Fsync
+	durable  int64 // end of what is written, and fsynced when Options.Fsync (DurableEnd)
+	hw       int64 // end of what Read returns: durable unless replicated, else what SetHighWatermark set
 	logStart int64
 	size     int64 // bytes of batches in [logStart, leo)
 	changed  chan struct{}
+
+	// Replication (replica.go). replicated: the HW is SetHighWatermark's, checkpointed in the HW key.
+	// epochs is the leader-epoch cache of what is written (sorted; in Badger under eprefix); wEpoch is
+	// the writer's latest epoch, including batches being written. hwQueued: a checkpoint of the HW
+	// is queued for the writer.
+	replicated bool
+	epochs     []EpochEntry
+	wEpoch     int32
+	hwQueued   bool
 
 	// Persisted in the state key (changed under retMu, read under mu).
 	floor      int64 // stored LEO floor
@@ -66,9 +84,10 @@ func (p *Partition) LogEndOffset() int64 {
 	return p.leo
 }
 
-// HighWatermark returns the offset up to which Read returns data: on a single node the LEO once the data
-// is written, and fsynced when Options.Fsync, so no reader sees a record a crash could take back.
-// Replication (a later layer) computes the replicated HW itself from this local one.
+// HighWatermark returns the offset up to which Read returns data. Unless the partition is in replicated
+// mode (SetReplicated), it is DurableEnd: the LEO once the data is written, and fsynced when
+// Options.Fsync, so no reader sees a record a crash could take back. In replicated mode it is what the
+// replication layer last set with SetHighWatermark (min LEO over the ISR), clamped to DurableEnd.
 func (p *Partition) HighWatermark() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -82,8 +101,9 @@ func (p *Partition) Size() int64 {
 	return p.size
 }
 
-// Changed returns a channel that is closed when the HW advances, the log start offset moves, or the
-// partition is deleted or its store closed; call it again for the next change. Take the channel before
+// Changed returns a channel that is closed when the HW or DurableEnd advances, the log start offset
+// moves, Truncate runs, or the partition is deleted or its store closed; call it again for the next
+// change. Take the channel before
 // checking the state you wait on, so a change in between is not missed.
 func (p *Partition) Changed() <-chan struct{} {
 	p.mu.Lock()
@@ -126,23 +146,31 @@ func (p *Partition) check(what string) error {
 	}
 }
 
-// written records that batches up to end (exclusive) totalling n bytes are in Badger.
-func (p *Partition) written(end, n int64) {
+// written records that batches up to end (exclusive) totalling n bytes, and the leader-epoch cache
+// entries epochs they started, are in Badger. The writer calls it in queue order.
+func (p *Partition) written(end, n int64, epochs []EpochEntry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if end > p.leo {
 		p.leo = end
 	}
 	p.size += n
+	p.epochs = append(p.epochs, epochs...)
 }
 
-// advanceHW moves the HW forward to end and wakes the waiters. Groups reach it in order, so the HW only
-// ever moves forward through whole batches.
-func (p *Partition) advanceHW(end int64) {
+// advanceHW moves the durable end forward to end (and, unless replicated, the HW with it) and wakes the
+// waiters. Groups reach it in order, so it only ever moves forward through whole batches. gen is the
+// partition's truncation generation when the group was written: a group written before a Truncate may
+// hold batches the truncation removed (and the offsets may since hold others, not yet durable), so its
+// advance is dropped; the truncation's own fsync advances the end past it.
+func (p *Partition) advanceHW(end, gen int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.gone == nil && end > p.hw {
-		p.hw = end
+	if p.gone == nil && gen == p.gen.Load() && end > p.durable {
+		p.durable = end
+		if !p.replicated {
+			p.hw = end
+		}
 		p.notifyLocked()
 	}
 }
@@ -159,6 +187,12 @@ type AppendOptions struct {
 	// DefaultSegmentBytes / DefaultSegmentMs (Kafka's defaults).
 	SegmentBytes int64
 	SegmentMs    int64
+	// AllowGaps (AppendReplica only; Append ignores it) accepts a batch that starts after the offset
+	// where the log or the previous batch ends, as Kafka's follower append does: the log of a compacted
+	// topic has gaps where the leader's cleaner removed whole batches, and a follower copies it with
+	// its gaps. Off, AppendReplica wants contiguous offsets (ErrOffsetMismatch otherwise), which
+	// catches a follower fetching from the wrong offset. Overlaps are refused either way.
+	AllowGaps bool
 }
 
 // Kafka's defaults of segment.bytes and segment.ms, used when AppendOptions leave them at zero.
@@ -264,7 +298,7 @@ func (p *Partition) prepare(batches []byte, opts AppendOptions) (*appendReq, err
 	if err := p.check("append to"); err != nil {
 		return nil, err
 	}
-	r := &appendReq{p: p, sync: opts.Sync, segBytes: opts.SegmentBytes, segMs: opts.SegmentMs, done: make(chan struct{})}
+	r := p.newReq(reqAppend, opts)
 	for rest := batches; len(rest) > 0; {
 		h, err := batch.ParseHeader(rest)
 		if err != nil {
@@ -282,7 +316,7 @@ func (p *Partition) prepare(batches []byte, opts AppendOptions) (*appendReq, err
 			batch.SetLogAppendTime(b, opts.LogAppendTime)
 			maxTs = opts.LogAppendTime
 		}
-		r.batches = append(r.batches, stagedBatch{data: b, lastDelta: h.LastOffsetDelta, maxTs: maxTs})
+		r.batches = append(r.batches, stagedBatch{data: b, lastDelta: h.LastOffsetDelta, maxTs: maxTs, epoch: opts.LeaderEpoch})
 		r.bytes += int64(len(b))
 	}
 	if len(r.batches) == 0 {
@@ -292,10 +326,16 @@ func (p *Partition) prepare(batches []byte, opts AppendOptions) (*appendReq, err
 	return r, nil
 }
 
-// outOfRange builds the OFFSET_OUT_OF_RANGE error for offset.
-func (p *Partition) outOfRange(offset, start, hw int64) error {
+// newReq is a request of kind for the writer, with the settings of opts.
+func (p *Partition) newReq(kind reqKind, opts AppendOptions) *appendReq {
+	return &appendReq{p: p, kind: kind, sync: opts.Sync, segBytes: opts.SegmentBytes, segMs: opts.SegmentMs,
+		allowGaps: opts.AllowGaps, done: make(chan struct{})}
+}
+
+// outOfRange builds the OFFSET_OUT_OF_RANGE error for offset; bound names the upper bound.
+func (p *Partition) outOfRange(offset, start, end int64, bound string) error {
 	return fmt.Errorf("read %s: %w", p.id, rerr.New(runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE,
-		"offset %d outside [log start %d, high watermark %d]", offset, start, hw))
+		"offset %d outside [log start %d, %s %d]", offset, start, bound, end))
 }
 
 // Read appends to dst whole stored batches, from the batch that holds offset (which may begin before
@@ -307,30 +347,70 @@ func (p *Partition) outOfRange(offset, start, hw int64) error {
 // rerr.ErrOffsetOutOfRange when offset < LogStartOffset or > HW (also when retention deletes the batch
 // during the read); ErrPartitionDeleted; ErrClosed; Badger read errors.
 func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error) {
+	return p.read(dst, offset, maxBytes, false)
+}
+
+// bounds returns what a read needs: the truncation generation (read first), whether the partition is
+// retired, the log start, and the HW or, when local, DurableEnd.
+func (p *Partition) bounds(local bool) (gen int64, gone error, start, end int64) {
+	gen = p.gen.Load()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	end = p.hw
+	if local {
+		end = p.durable
+	}
+	return gen, p.gone, p.logStart, end
+}
+
+// snapshot opens the Badger snapshot for a read whose bounds were taken at truncation generation gen,
+// or returns nil when a Truncate ran meanwhile and the bounds must be read again.
+//
+// The bounds are read before the snapshot is taken: they move only after Badger's commit returned, and
+// a transaction begun after that sees the commit, so every batch below the bound is in the snapshot.
+// (Retention commits before moving the log start; a batch it deleted meanwhile is missing from the
+// snapshot, which the walks tell from a compaction gap by the log start stored in the same snapshot.)
+// A Truncate moves the bounds down only after its commit, so a snapshot taken in between just misses
+// batches below the old bounds, as if the truncation had come first; but once the writer has written
+// new batches at the truncated offsets, a snapshot read with the old bounds could return batches that
+// are not durable yet. The writer writes nothing more to the partition before the truncation
+// generation moved, so a generation unchanged across NewTransaction rules that out.
+func (p *Partition) snapshot(gen int64) *badger.Txn {
+	txn := p.s.db.NewTransaction(false)
+	if p.gen.Load() != gen {
+		txn.Discard()
+		return nil
+	}
+	return txn
+}
+
+// read is Read, capped at DurableEnd instead of the HW when local (ReadLocal).
+func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]byte, error) {
 	s := p.s
 	orig := dst // returned on errors, so a failed read leaves dst as it was
 	if err := s.acquire("read " + p.id.String()); err != nil {
 		return dst, err
 	}
 	defer s.lifeMu.RUnlock()
-	// The bounds are read before the Badger snapshot is taken: the HW moves only after Badger's commit
-	// returned, and a transaction begun after that sees the commit, so every batch below hw is in the
-	// snapshot. (Retention commits before moving the log start; a batch it deleted meanwhile is missing
-	// from the snapshot, which the walk below tells from a compaction gap by the log start stored in
-	// the same snapshot.)
-	p.mu.Lock()
-	gone, start, hw := p.gone, p.logStart, p.hw
-	p.mu.Unlock()
-	if gone != nil {
-		return orig, p.check("read")
+	bound := "high watermark"
+	if local {
+		bound = "durable end"
 	}
-	if offset < start || offset > hw {
-		return orig, p.outOfRange(offset, start, hw)
+	var txn *badger.Txn
+	var hw int64
+	for txn == nil {
+		gen, gone, start, end := p.bounds(local)
+		if gone != nil {
+			return orig, p.check("read")
+		}
+		if offset < start || offset > end {
+			return orig, p.outOfRange(offset, start, end, bound)
+		}
+		if offset == end {
+			return dst, nil
+		}
+		txn, hw = p.snapshot(gen), end
 	}
-	if offset == hw {
-		return dst, nil
-	}
-	txn := s.db.NewTransaction(false)
 	defer txn.Discard()
 
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: p.lprefix})
@@ -386,7 +466,7 @@ func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error)
 		if first && base > offset {
 			// No stored batch holds offset: a compaction gap (read on) or retention deleted it after
 			// the bounds were read (out of range).
-			if err := p.checkGap(txn, offset, hw); err != nil {
+			if err := p.checkGap(txn, offset, hw, bound); err != nil {
 				return orig, err
 			}
 		}
@@ -394,7 +474,7 @@ func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error)
 	if added == 0 {
 		// Nothing below the HW from offset on: retention deleted it meanwhile, or (a log the cleaner
 		// left without batches up to the HW) there is nothing to read yet.
-		if err := p.checkGap(txn, offset, hw); err != nil {
+		if err := p.checkGap(txn, offset, hw, bound); err != nil {
 			return orig, err
 		}
 	}
@@ -405,13 +485,13 @@ func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error)
 // retention writes the new one in the transaction that deletes the first batches. So the log start
 // stored in the reader's snapshot says whether offset was deleted by retention (OFFSET_OUT_OF_RANGE) or
 // lies in a compaction gap (nil: read on from the next batch).
-func (p *Partition) checkGap(txn *badger.Txn, offset, hw int64) error {
+func (p *Partition) checkGap(txn *badger.Txn, offset, hw int64, bound string) error {
 	stored, err := p.storedLogStart(txn)
 	if err != nil {
 		return fmt.Errorf("read %s at %d: %w", p.id, offset, err)
 	}
 	if offset < stored {
-		return p.outOfRange(offset, stored, hw)
+		return p.outOfRange(offset, stored, hw, bound)
 	}
 	return nil
 }
@@ -460,13 +540,15 @@ func (p *Partition) OffsetForTimestamp(ts int64) (offset, timestamp int64, err e
 		return -1, -1, err
 	}
 	defer s.lifeMu.RUnlock()
-	p.mu.Lock()
-	gone, start, hw := p.gone, p.logStart, p.hw
-	p.mu.Unlock()
-	if gone != nil {
-		return -1, -1, p.check("offset for timestamp in")
+	var txn *badger.Txn
+	var start, hw int64
+	for txn == nil { // as in Read
+		gen, gone, st, end := p.bounds(false)
+		if gone != nil {
+			return -1, -1, p.check("offset for timestamp in")
+		}
+		txn, start, hw = p.snapshot(gen), st, end
 	}
-	txn := s.db.NewTransaction(false) // after the bounds, as in Read
 	defer txn.Discard()
 
 	tit := txn.NewIterator(badger.IteratorOptions{Prefix: p.tprefix, PrefetchValues: false})
@@ -608,9 +690,11 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 
 	// The state goes first: if a crash splits the transactions, the next open sees the new log start
 	// and removes the batches left below it. The floor and the cleaner checkpoint only change under
-	// retMu, which this holds.
+	// retMu, which this holds. So does the leader-epoch cache below the log start (the writer only
+	// adds entries at the end, which retention never reaches past).
 	p.mu.Lock()
 	st := partState{logStart: newStart, floor: max(p.floor, newStart), checkpoint: p.checkpoint}
+	edeletes, ekept, _ := pruneEpochs(p.epochs, newStart)
 	p.mu.Unlock()
 	ops := []op{{key: p.sprefix, value: encodeState(st)}}
 	if repoint != nil {
@@ -624,6 +708,15 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 	}
 	for _, k := range hdeletes {
 		ops = append(ops, op{key: k, del: true})
+	}
+	// The leader-epoch entry that covers the new log start moves up to it, and older ones go, as
+	// Kafka's LeaderEpochFileCache.truncateFromStart. After the batches: a crash in between leaves
+	// entries below the log start, which recovery prunes the same way.
+	if ekept != nil {
+		ops = append(ops, op{key: epochKey(p.eprefix, ekept.Epoch), value: encodeOffset(ekept.StartOffset)})
+	}
+	for _, e := range edeletes {
+		ops = append(ops, op{key: epochKey(p.eprefix, e.Epoch), del: true})
 	}
 	s.dropMu.RLock()
 	if err := p.check("retention of"); err != nil {
@@ -640,6 +733,7 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 	if p.gone == nil && newStart > p.logStart {
 		p.logStart = newStart
 		p.size -= freed
+		_, _, p.epochs = pruneEpochs(p.epochs, newStart)
 		// Retention may delete into the active segment (a log older than retention.ms throughout),
 		// as Kafka deletes a rolled active segment: the segment then starts at the new log start.
 		if p.segBytes > 0 && p.segBase < newStart {
@@ -712,10 +806,13 @@ func (s *Store) apply(ops []op) error {
 
 // recover builds the partition from what Badger holds: log start = the stored one (or the first batch
 // when none is stored), LEO = max(end of the last batch, stored floor), size = sum of the batch sizes
-// from the log start, running max timestamp = the last time-index entry, HW = LEO, the cleaner
-// checkpoint from the state, the active segment from the segment key (its start clamped into the log;
-// without a key the whole log is one segment first written now). Batches, index entries and delete
-// horizons below the stored log start (left by a retention a crash interrupted) are deleted.
+// from the log start, running max timestamp = the last time-index entry, HW = DurableEnd = LEO, the
+// cleaner checkpoint from the state, the active segment from the segment key (its start clamped into
+// the log; without a key the whole log is one segment first written now). Batches, index entries and
+// delete horizons below the stored log start (left by a retention a crash interrupted) are deleted.
+// A Truncate a crash interrupted is finished first. With an HW checkpoint the partition comes back in
+// replicated mode with that HW (clamped into [log start, LEO]); the leader-epoch cache is read from
+// its keys (recoverEpochs).
 func (s *Store) recover(id PartitionID) (*Partition, error) {
 	p := &Partition{
 		s:       s,
@@ -725,8 +822,15 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 		sprefix: partPrefix(kindState, id),
 		gprefix: partPrefix(kindSeg, id),
 		hprefix: partPrefix(kindHoriz, id),
+		eprefix: partPrefix(kindEpoch, id),
+		wprefix: partPrefix(kindHW, id),
+		xprefix: partPrefix(kindTrunc, id),
 		maxTs:   -1,
+		wEpoch:  -1,
 		changed: make(chan struct{}),
+	}
+	if err := p.redoTruncate(); err != nil {
+		return nil, err
 	}
 	txn := s.db.NewTransaction(false)
 	defer txn.Discard()
@@ -809,7 +913,24 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 		}
 	}
 	p.logStart = min(p.logStart, p.leo)
-	p.next, p.hw = p.leo, p.leo
+	p.next, p.durable, p.hw = p.leo, p.leo, p.leo
+	switch item, err := txn.Get(p.wprefix); {
+	case errors.Is(err, badger.ErrKeyNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("read high watermark checkpoint: %w", err)
+	default:
+		var hw int64
+		err := item.Value(func(v []byte) error {
+			hw, err = decodeHW(v)
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		// The checkpoint may lag the HW (it is written after it moved) and retention may have moved
+		// the log start past it since; it is never trusted above what the log holds.
+		p.replicated, p.hw = true, min(max(hw, p.logStart), p.leo)
+	}
 	switch {
 	case !hasSeg:
 		// A log from before segments were tracked, or an empty one: one segment, aged from now.
@@ -835,11 +956,16 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 		return nil, err
 	}
 	stale = append(stale, hstale...)
-	if len(stale) > 0 {
-		ops := make([]op, len(stale))
+	efix, err := p.recoverEpochs(txn)
+	if err != nil {
+		return nil, err
+	}
+	if len(stale) > 0 || len(efix) > 0 {
+		ops := make([]op, len(stale), len(stale)+len(efix))
 		for i, k := range stale {
 			ops[i] = op{key: k, del: true}
 		}
+		ops = append(ops, efix...)
 		s.dropMu.RLock()
 		err := s.apply(ops)
 		s.dropMu.RUnlock()

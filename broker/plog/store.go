@@ -130,7 +130,8 @@ func Open(opts Options) (*Store, error) {
 func (s *Store) DB() *badger.DB { return s.db }
 
 // Close fails appends still queued with ErrClosed, waits for the group being written and fsyncs it,
-// stops the goroutines, closes every open partition (their Changed channels close, so long-polls wake
+// stops the goroutines, writes the HW checkpoint of every partition in replicated mode, closes every
+// open partition (their Changed channels close, so long-polls wake
 // up) and closes Badger. Later calls return the first call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
@@ -143,6 +144,7 @@ func (s *Store) Close() error {
 		<-s.syncerDone
 		close(s.stopGC)
 		<-s.gcDone
+		s.checkpointAll()
 
 		s.lifeMu.Lock()
 		s.closed = true
@@ -201,8 +203,8 @@ func (s *Store) Partition(id PartitionID) (*Partition, error) {
 	return p, nil
 }
 
-// DeletePartition removes every batch, time-index entry and delete horizon, the segment key and the
-// state of the partition with Badger's DropPrefix (which drops whole tables instead of writing a
+// DeletePartition removes every batch, time-index entry, delete horizon and leader-epoch entry, the
+// segment key, the HW checkpoint and the state of the partition with Badger's DropPrefix (which drops whole tables instead of writing a
 // tombstone per key, and blocks all writes to the DB while it runs), and closes its *Partition:
 // Changed() channels close, later calls return ErrPartitionDeleted, and so do appends still queued.
 // Deleting a partition that has no data is not an error. A later Store.Partition(id) starts an empty
@@ -220,8 +222,11 @@ func (s *Store) DeletePartition(id PartitionID) error {
 	}
 	s.dropMu.Lock()
 	defer s.dropMu.Unlock()
-	if err := s.db.DropPrefix(partPrefix(kindBatch, id), partPrefix(kindTime, id), partPrefix(kindState, id),
-		partPrefix(kindSeg, id), partPrefix(kindHoriz, id)); err != nil {
+	prefixes := make([][]byte, len(partKinds))
+	for i, kind := range partKinds {
+		prefixes[i] = partPrefix(kind, id)
+	}
+	if err := s.db.DropPrefix(prefixes...); err != nil {
 		return fmt.Errorf("delete partition %s: %w", id, err)
 	}
 	return nil
@@ -345,21 +350,49 @@ func (s *Store) gcLoop() {
 	}
 }
 
-// appendReq is one Append call waiting for the writer (and maybe the syncer).
+// reqKind says what a request of the writer's queue does. All kinds share the one queue, so the
+// requests of a partition take effect in the order they were queued.
+type reqKind uint8
+
+const (
+	reqAppend     reqKind = iota // Append, AppendAsync: assign offsets, stamp them
+	reqReplica                   // AppendReplica: keep the batches' offsets, check they continue the log
+	reqTruncate                  // Truncate: remove the tail (Store.truncate)
+	reqCheckpoint                // write the HW checkpoint (SetReplicated, SetHighWatermark)
+)
+
+// appendReq is one Append (or AppendReplica, Truncate, HW checkpoint) call waiting for the writer (and
+// maybe the syncer).
 type appendReq struct {
-	p       *Partition
-	batches []stagedBatch
-	bytes   int64 // sum of batch sizes
-	held    int64 // bytes held in Store.room
-	sync    bool  // acks=all: done only after the fsync (when Options.Fsync)
+	p         *Partition
+	kind      reqKind
+	batches   []stagedBatch
+	bytes     int64 // sum of batch sizes
+	held      int64 // bytes held in Store.room
+	sync      bool  // acks=all: done only after the fsync (when Options.Fsync)
+	allowGaps bool  // reqReplica: AppendOptions.AllowGaps
+	truncTo   int64 // reqTruncate: the offset asked for
 	// The topic's segment limits (AppendOptions.SegmentBytes, SegmentMs).
 	segBytes, segMs int64
 
 	// Set by the writer before done is closed.
 	base, last, logStart int64
+	epochs               []EpochEntry // leader-epoch cache entries the batches start
 	err                  error
 	done                 chan struct{}
 	callback             func(AppendResult, error) // AppendAsync's; run on its own goroutine
+}
+
+// what names the request in errors.
+func (r *appendReq) what() string {
+	switch r.kind {
+	case reqTruncate:
+		return "truncate " + r.p.id.String()
+	case reqCheckpoint:
+		return "checkpoint the high watermark of " + r.p.id.String()
+	default:
+		return "append to " + r.p.id.String()
+	}
 }
 
 // result is what Append returns once done is closed.
@@ -376,6 +409,8 @@ type stagedBatch struct {
 	data      []byte
 	lastDelta int32
 	maxTs     int64
+	epoch     int32 // the batch's PartitionLeaderEpoch, for the leader-epoch cache
+	base      int64 // reqReplica: the batch's own base offset, kept
 }
 
 // finish completes r with err, or with ErrPartitionDeleted when the partition went away meanwhile
@@ -389,7 +424,7 @@ func (r *appendReq) finish(err error) {
 		}
 	}
 	if err != nil {
-		r.err = fmt.Errorf("append to %s: %w", r.p.id, err)
+		r.err = fmt.Errorf("%s: %w", r.what(), err)
 	}
 	close(r.done)
 	if r.callback != nil {
@@ -405,11 +440,11 @@ func (s *Store) enqueue(r *appendReq) error {
 	switch {
 	case s.qclosed:
 		s.qmu.Unlock()
-		return errClosed("append to " + r.p.id.String())
+		return errClosed(r.what())
 	case s.failed != nil:
 		err := s.failed
 		s.qmu.Unlock()
-		return fmt.Errorf("append to %s: %w", r.p.id, storageErr(err))
+		return fmt.Errorf("%s: %w", r.what(), storageErr(err))
 	}
 	s.queue = append(s.queue, r)
 	s.qmu.Unlock()
@@ -448,8 +483,8 @@ type group struct {
 }
 
 type partEnd struct {
-	p   *Partition
-	end int64
+	p        *Partition
+	end, gen int64 // gen: the partition's truncation generation when the group was written
 }
 
 // writeLoop is the writer goroutine: it takes everything queued, writes it in one Badger transaction
@@ -483,15 +518,47 @@ func (s *Store) writeLoop() {
 			continue
 		}
 		if failed != nil {
-			for _, r := range reqs {
-				s.room.Release(r.held)
-				r.finish(storageErr(failed))
-			}
+			s.failAll(reqs, failed)
 		} else {
-			s.writeGroup(reqs)
+			s.writeReqs(reqs)
 		}
 		clear(reqs) // drop references to the batches before reusing the slice
 		spare = reqs[:0]
+	}
+}
+
+// failAll completes reqs with the store's sticky failure.
+func (s *Store) failAll(reqs []*appendReq, failed error) {
+	for _, r := range reqs {
+		s.room.Release(r.held)
+		r.finish(storageErr(failed))
+	}
+}
+
+// writeReqs writes what the writer took from the queue, in queue order: the requests between two
+// truncations form one group (one commit, one fsync), and each truncation runs on its own in between,
+// so it sees every request queued before it written and no request queued after it.
+func (s *Store) writeReqs(reqs []*appendReq) {
+	for first := true; len(reqs) > 0; first = false {
+		if !first {
+			s.qmu.Lock()
+			failed := s.failed
+			s.qmu.Unlock()
+			if failed != nil {
+				s.failAll(reqs, failed)
+				return
+			}
+		}
+		i := slices.IndexFunc(reqs, func(r *appendReq) bool { return r.kind == reqTruncate })
+		if i < 0 {
+			s.writeGroup(reqs)
+			return
+		}
+		if i > 0 {
+			s.writeGroup(reqs[:i])
+		}
+		s.truncate(reqs[i])
+		reqs = reqs[i+1:]
 	}
 }
 
@@ -514,12 +581,45 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 			r.finish(err)
 			continue
 		}
+		switch r.kind {
+		case reqCheckpoint:
+			p.hwQueued = false
+			if p.replicated {
+				entries = append(entries, badger.NewEntry(p.wprefix, encodeOffset(p.hw)))
+			}
+			p.mu.Unlock()
+			g.reqs = append(g.reqs, r)
+			continue
+		case reqReplica:
+			// Checked here, against the end of everything queued before: the batches' own offsets
+			// must continue the log (prepareReplica checked they continue each other).
+			if first := r.batches[0].base; first < p.next || (!r.allowGaps && first != p.next) {
+				next := p.next
+				p.mu.Unlock()
+				r.finish(fmt.Errorf("%w: the batches start at offset %d, the log ends at %d", ErrOffsetMismatch, first, next))
+				continue
+			}
+		}
 		r.base = p.next
+		if r.kind == reqReplica {
+			r.base = r.batches[0].base
+		}
 		for _, b := range r.batches {
-			// The base offset lies outside the CRC, so stamping it keeps the batch valid.
-			batch.SetBaseOffset(b.data, p.next)
+			if r.kind == reqReplica {
+				p.next = b.base // as the leader stored it; past p.next only over a gap (AllowGaps)
+			} else {
+				// The base offset lies outside the CRC, so stamping it keeps the batch valid.
+				batch.SetBaseOffset(b.data, p.next)
+			}
 			if e := p.segmentLocked(int64(len(b.data)), nowMs, r.segBytes, r.segMs); e != nil {
 				entries = append(entries, e)
+			}
+			if b.epoch >= 0 && b.epoch > p.wEpoch {
+				// The batch starts a newer leader epoch: its cache entry goes into the batch's
+				// transaction, ahead of it (a crash never leaves a stored batch without its entry).
+				p.wEpoch = b.epoch
+				r.epochs = append(r.epochs, EpochEntry{Epoch: b.epoch, StartOffset: p.next})
+				entries = append(entries, badger.NewEntry(epochKey(p.eprefix, b.epoch), encodeOffset(p.next)))
 			}
 			entries = append(entries, badger.NewEntry(batchKey(p.lprefix, p.next), b.data))
 			if b.maxTs > p.maxTs {
@@ -531,14 +631,14 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 			p.next += int64(b.lastDelta) + 1
 		}
 		r.last = p.next - 1
-		end := p.next
+		end, gen := p.next, p.gen.Load()
 		p.mu.Unlock()
 		g.reqs = append(g.reqs, r)
 		if i, ok := endIdx[p]; ok {
 			g.ends[i].end = end
 		} else {
 			endIdx[p] = len(g.ends)
-			g.ends = append(g.ends, partEnd{p, end})
+			g.ends = append(g.ends, partEnd{p, end, gen})
 		}
 	}
 	err := s.commit(entries)
@@ -555,23 +655,33 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 		return
 	}
 	for _, r := range g.reqs {
-		r.p.written(r.last+1, r.bytes)
+		if r.kind != reqCheckpoint {
+			r.p.written(r.last+1, r.bytes, r.epochs)
+		}
 	}
 	if !s.opts.Fsync {
 		for _, pe := range g.ends {
-			pe.p.advanceHW(pe.end)
+			pe.p.advanceHW(pe.end, pe.gen)
 		}
 		for _, r := range g.reqs {
 			r.finish(nil)
 		}
 		return
 	}
-	// acks=1 answers once written; acks=all and the HW wait for the fsync.
+	// acks=1 answers once written; acks=all and the HW wait for the fsync. (An HW checkpoint does not
+	// wait: losing it only brings back a lower HW.)
 	for _, r := range g.reqs {
 		if !r.sync {
 			r.finish(nil)
 		}
 	}
+	if len(g.ends) > 0 {
+		s.toSyncer(g)
+	}
+}
+
+// toSyncer hands a written group to the syncer.
+func (s *Store) toSyncer(g *group) {
 	s.smu.Lock()
 	s.synced = append(s.synced, g)
 	s.smu.Unlock()
@@ -643,7 +753,7 @@ func (s *Store) syncGroups(groups []*group) {
 	for _, g := range groups {
 		if err == nil {
 			for _, pe := range g.ends {
-				pe.p.advanceHW(pe.end)
+				pe.p.advanceHW(pe.end, pe.gen)
 			}
 		}
 		for _, r := range g.reqs {
@@ -741,13 +851,14 @@ func fsyncPath(path string) error {
 	return err
 }
 
-// StoredPartitions returns every partition that has batches or state in the DB, sorted. The broker
+// StoredPartitions returns every partition that has any key in the DB (batches, state, an HW
+// checkpoint, …), sorted. The broker
 // compares it with the metadata to drop the logs of partitions no longer placed on this node (a topic
 // deleted while the node was down), as Kafka removes stray logs.
 func (s *Store) StoredPartitions() ([]PartitionID, error) {
 	seen := map[PartitionID]bool{}
 	err := s.db.View(func(txn *badger.Txn) error {
-		for _, kind := range []byte{kindBatch, kindState} {
+		for _, kind := range partKinds {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{kind}})
 			for it.Rewind(); it.Valid(); {
 				k := it.Item().Key()

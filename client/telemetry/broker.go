@@ -38,6 +38,8 @@ type Broker struct {
 	fetchDur     metric.Float64Histogram
 	rebalances   metric.Int64Counter
 	rebalanceDur metric.Float64Histogram
+	isrShrinks   metric.Int64Counter
+	isrExpands   metric.Int64Counter
 	acksOpts     map[runnelv1.Acks]metric.MeasurementOption
 	noAttrs      metric.MeasurementOption
 
@@ -95,6 +97,12 @@ func NewBroker(opts ...Option) (*Broker, error) {
 	add(err)
 	b.rebalanceDur, err = m.Float64Histogram(MetricRebalanceDuration, metric.WithUnit("s"),
 		metric.WithDescription("Time from a settled group's epoch bump until every member owns its target again."), metric.WithExplicitBucketBoundaries(rebalanceBuckets...))
+	add(err)
+	b.isrShrinks, err = m.Int64Counter(MetricISRShrinks, metric.WithUnit("{change}"),
+		metric.WithDescription("ISR shrinks made by this broker as leader: a follower did not catch up within replica.lag.time.max.ms."))
+	add(err)
+	b.isrExpands, err = m.Int64Counter(MetricISRExpands, metric.WithUnit("{change}"),
+		metric.WithDescription("ISR expands made by this broker as leader: a follower caught up again."))
 	add(err)
 	b.bytesIn, err = m.Int64ObservableCounter(MetricBytesIn, metric.WithUnit("By"), metric.WithDescription("Bytes of record batches appended to the partition."))
 	add(err)

@@ -105,3 +105,17 @@ func (g *groupTracker) retain(live map[string]bool, before time.Time) {
 		}
 	}
 }
+
+// ISRChanged counts one ISR change of topic-partition made by this broker as leader: a shrink when
+// the ISR lost members, else an expand.
+func (b *Broker) ISRChanged(topic string, partition int32, shrink bool) {
+	if b == nil {
+		return
+	}
+	attrs := metric.WithAttributes(AttrTopic.String(topic), AttrPartition.String(partitionID(partition)))
+	if shrink {
+		b.isrShrinks.Add(context.Background(), 1, attrs)
+	} else {
+		b.isrExpands.Add(context.Background(), 1, attrs)
+	}
+}

@@ -68,6 +68,11 @@ const (
 	// MetricVlogGCRuns counts value-log GC passes by AttrGCResult. Counter, unit {run}.
 	// Prometheus: runnel_storage_vlog_gc_runs_total.
 	MetricVlogGCRuns = "runnel.storage.vlog.gc.runs"
+	// MetricISRShrinks and MetricISRExpands count the ISR changes a leader made by AttrTopic and
+	// AttrPartition (Kafka's IsrShrinksPerSec and IsrExpandsPerSec). Counter, unit {change}.
+	// Prometheus: runnel_partition_isr_shrinks_total, runnel_partition_isr_expands_total.
+	MetricISRShrinks = "runnel.partition.isr.shrinks"
+	MetricISRExpands = "runnel.partition.isr.expands"
 )
 
 // Attribute keys of the metrics above and of the spans. They are the OpenTelemetry messaging semantic

@@ -133,6 +133,7 @@ from --gossip-key-file or the RUNNEL_GOSSIP_KEY variable, never a flag, so it st
 	fs.StringVar(&join, "join", "", "serf addresses (host:port,...) of running nodes to join")
 	fs.StringVar(&f.cfg.Rack, "rack", "", "this node's rack; replicas of a partition go to different racks")
 	fs.StringVar(&f.cfg.AdvertisedGRPCAddr, "advertise-grpc-addr", "", "gRPC host:port clients are told to use (default: the bound --grpc-addr)")
+	fs.DurationVar(&f.cfg.ReplicaLagTimeMax, "replica-lag-time-max", f.cfg.ReplicaLagTimeMax, "how long a follower may lag before its leader drops it from the ISR (Kafka's replica.lag.time.max.ms)")
 	fs.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip encryption key (default: $RUNNEL_GOSSIP_KEY)")
 	return cmd
 }

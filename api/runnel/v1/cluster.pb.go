@@ -667,6 +667,547 @@ func (x *BrokerHeartbeatResponse) GetShutdownOk() bool {
 	return false
 }
 
+type ReplicaFetchRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	ReplicaId     int32                    `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	BrokerEpoch   uint64                   `protobuf:"varint,2,opt,name=broker_epoch,json=brokerEpoch,proto3" json:"broker_epoch,omitempty"`
+	MaxWaitMs     int32                    `protobuf:"varint,3,opt,name=max_wait_ms,json=maxWaitMs,proto3" json:"max_wait_ms,omitempty"`
+	MinBytes      int32                    `protobuf:"varint,4,opt,name=min_bytes,json=minBytes,proto3" json:"min_bytes,omitempty"`
+	MaxBytes      int32                    `protobuf:"varint,5,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	Partitions    []*ReplicaFetchPartition `protobuf:"bytes,6,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaFetchRequest) Reset() {
+	*x = ReplicaFetchRequest{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaFetchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaFetchRequest) ProtoMessage() {}
+
+func (x *ReplicaFetchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaFetchRequest.ProtoReflect.Descriptor instead.
+func (*ReplicaFetchRequest) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ReplicaFetchRequest) GetReplicaId() int32 {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return 0
+}
+
+func (x *ReplicaFetchRequest) GetBrokerEpoch() uint64 {
+	if x != nil {
+		return x.BrokerEpoch
+	}
+	return 0
+}
+
+func (x *ReplicaFetchRequest) GetMaxWaitMs() int32 {
+	if x != nil {
+		return x.MaxWaitMs
+	}
+	return 0
+}
+
+func (x *ReplicaFetchRequest) GetMinBytes() int32 {
+	if x != nil {
+		return x.MinBytes
+	}
+	return 0
+}
+
+func (x *ReplicaFetchRequest) GetMaxBytes() int32 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
+func (x *ReplicaFetchRequest) GetPartitions() []*ReplicaFetchPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type ReplicaFetchPartition struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Topic              string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition          int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	CurrentLeaderEpoch int32                  `protobuf:"varint,3,opt,name=current_leader_epoch,json=currentLeaderEpoch,proto3" json:"current_leader_epoch,omitempty"`
+	// fetch_offset is the follower's log end offset.
+	FetchOffset       int64 `protobuf:"varint,4,opt,name=fetch_offset,json=fetchOffset,proto3" json:"fetch_offset,omitempty"`
+	PartitionMaxBytes int32 `protobuf:"varint,5,opt,name=partition_max_bytes,json=partitionMaxBytes,proto3" json:"partition_max_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ReplicaFetchPartition) Reset() {
+	*x = ReplicaFetchPartition{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaFetchPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaFetchPartition) ProtoMessage() {}
+
+func (x *ReplicaFetchPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaFetchPartition.ProtoReflect.Descriptor instead.
+func (*ReplicaFetchPartition) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ReplicaFetchPartition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ReplicaFetchPartition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReplicaFetchPartition) GetCurrentLeaderEpoch() int32 {
+	if x != nil {
+		return x.CurrentLeaderEpoch
+	}
+	return 0
+}
+
+func (x *ReplicaFetchPartition) GetFetchOffset() int64 {
+	if x != nil {
+		return x.FetchOffset
+	}
+	return 0
+}
+
+func (x *ReplicaFetchPartition) GetPartitionMaxBytes() int32 {
+	if x != nil {
+		return x.PartitionMaxBytes
+	}
+	return 0
+}
+
+type ReplicaFetchResponse struct {
+	state         protoimpl.MessageState         `protogen:"open.v1"`
+	Partitions    []*ReplicaFetchPartitionResult `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaFetchResponse) Reset() {
+	*x = ReplicaFetchResponse{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaFetchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaFetchResponse) ProtoMessage() {}
+
+func (x *ReplicaFetchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaFetchResponse.ProtoReflect.Descriptor instead.
+func (*ReplicaFetchResponse) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReplicaFetchResponse) GetPartitions() []*ReplicaFetchPartitionResult {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type ReplicaFetchPartitionResult struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Topic          string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition      int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Error          *ErrorInfo             `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	HighWatermark  int64                  `protobuf:"varint,4,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
+	LogStartOffset int64                  `protobuf:"varint,5,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
+	// log_end_offset is the leader's durable log end.
+	LogEndOffset  int64  `protobuf:"varint,6,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
+	Records       []byte `protobuf:"bytes,7,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaFetchPartitionResult) Reset() {
+	*x = ReplicaFetchPartitionResult{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaFetchPartitionResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaFetchPartitionResult) ProtoMessage() {}
+
+func (x *ReplicaFetchPartitionResult) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaFetchPartitionResult.ProtoReflect.Descriptor instead.
+func (*ReplicaFetchPartitionResult) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ReplicaFetchPartitionResult) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ReplicaFetchPartitionResult) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ReplicaFetchPartitionResult) GetError() *ErrorInfo {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *ReplicaFetchPartitionResult) GetHighWatermark() int64 {
+	if x != nil {
+		return x.HighWatermark
+	}
+	return 0
+}
+
+func (x *ReplicaFetchPartitionResult) GetLogStartOffset() int64 {
+	if x != nil {
+		return x.LogStartOffset
+	}
+	return 0
+}
+
+func (x *ReplicaFetchPartitionResult) GetLogEndOffset() int64 {
+	if x != nil {
+		return x.LogEndOffset
+	}
+	return 0
+}
+
+func (x *ReplicaFetchPartitionResult) GetRecords() []byte {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type OffsetForLeaderEpochRequest struct {
+	state         protoimpl.MessageState           `protogen:"open.v1"`
+	ReplicaId     int32                            `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
+	Partitions    []*OffsetForLeaderEpochPartition `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochRequest) Reset() {
+	*x = OffsetForLeaderEpochRequest{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochRequest) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochRequest.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochRequest) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *OffsetForLeaderEpochRequest) GetReplicaId() int32 {
+	if x != nil {
+		return x.ReplicaId
+	}
+	return 0
+}
+
+func (x *OffsetForLeaderEpochRequest) GetPartitions() []*OffsetForLeaderEpochPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type OffsetForLeaderEpochPartition struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Topic              string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition          int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	CurrentLeaderEpoch int32                  `protobuf:"varint,3,opt,name=current_leader_epoch,json=currentLeaderEpoch,proto3" json:"current_leader_epoch,omitempty"`
+	// leader_epoch is the epoch whose end offset is asked: the follower's latest.
+	LeaderEpoch   int32 `protobuf:"varint,4,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochPartition) Reset() {
+	*x = OffsetForLeaderEpochPartition{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochPartition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochPartition) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochPartition) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochPartition.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochPartition) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OffsetForLeaderEpochPartition) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *OffsetForLeaderEpochPartition) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *OffsetForLeaderEpochPartition) GetCurrentLeaderEpoch() int32 {
+	if x != nil {
+		return x.CurrentLeaderEpoch
+	}
+	return 0
+}
+
+func (x *OffsetForLeaderEpochPartition) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+type OffsetForLeaderEpochResponse struct {
+	state         protoimpl.MessageState        `protogen:"open.v1"`
+	Partitions    []*OffsetForLeaderEpochResult `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochResponse) Reset() {
+	*x = OffsetForLeaderEpochResponse{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochResponse) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochResponse.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochResponse) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *OffsetForLeaderEpochResponse) GetPartitions() []*OffsetForLeaderEpochResult {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type OffsetForLeaderEpochResult struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Error     *ErrorInfo             `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// leader_epoch is the largest epoch <= the asked one that the leader's log has, and end_offset where
+	// it ends (-1 and -1 when the leader has no such epoch).
+	LeaderEpoch   int32 `protobuf:"varint,4,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	EndOffset     int64 `protobuf:"varint,5,opt,name=end_offset,json=endOffset,proto3" json:"end_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OffsetForLeaderEpochResult) Reset() {
+	*x = OffsetForLeaderEpochResult{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OffsetForLeaderEpochResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OffsetForLeaderEpochResult) ProtoMessage() {}
+
+func (x *OffsetForLeaderEpochResult) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OffsetForLeaderEpochResult.ProtoReflect.Descriptor instead.
+func (*OffsetForLeaderEpochResult) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *OffsetForLeaderEpochResult) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *OffsetForLeaderEpochResult) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *OffsetForLeaderEpochResult) GetError() *ErrorInfo {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+func (x *OffsetForLeaderEpochResult) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
+func (x *OffsetForLeaderEpochResult) GetEndOffset() int64 {
+	if x != nil {
+		return x.EndOffset
+	}
+	return 0
+}
+
 var File_runnel_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_runnel_v1_cluster_proto_rawDesc = "" +
@@ -732,13 +1273,66 @@ const file_runnel_v1_cluster_proto_rawDesc = "" +
 	"\x17BrokerHeartbeatResponse\x12\x16\n" +
 	"\x06fenced\x18\x01 \x01(\bR\x06fenced\x12\x1f\n" +
 	"\vshutdown_ok\x18\x02 \x01(\bR\n" +
-	"shutdownOk2V\n" +
+	"shutdownOk\"\xf3\x01\n" +
+	"\x13ReplicaFetchRequest\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12!\n" +
+	"\fbroker_epoch\x18\x02 \x01(\x04R\vbrokerEpoch\x12\x1e\n" +
+	"\vmax_wait_ms\x18\x03 \x01(\x05R\tmaxWaitMs\x12\x1b\n" +
+	"\tmin_bytes\x18\x04 \x01(\x05R\bminBytes\x12\x1b\n" +
+	"\tmax_bytes\x18\x05 \x01(\x05R\bmaxBytes\x12@\n" +
+	"\n" +
+	"partitions\x18\x06 \x03(\v2 .runnel.v1.ReplicaFetchPartitionR\n" +
+	"partitions\"\xd0\x01\n" +
+	"\x15ReplicaFetchPartition\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x120\n" +
+	"\x14current_leader_epoch\x18\x03 \x01(\x05R\x12currentLeaderEpoch\x12!\n" +
+	"\ffetch_offset\x18\x04 \x01(\x03R\vfetchOffset\x12.\n" +
+	"\x13partition_max_bytes\x18\x05 \x01(\x05R\x11partitionMaxBytes\"^\n" +
+	"\x14ReplicaFetchResponse\x12F\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2&.runnel.v1.ReplicaFetchPartitionResultR\n" +
+	"partitions\"\x8e\x02\n" +
+	"\x1bReplicaFetchPartitionResult\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12*\n" +
+	"\x05error\x18\x03 \x01(\v2\x14.runnel.v1.ErrorInfoR\x05error\x12%\n" +
+	"\x0ehigh_watermark\x18\x04 \x01(\x03R\rhighWatermark\x12(\n" +
+	"\x10log_start_offset\x18\x05 \x01(\x03R\x0elogStartOffset\x12$\n" +
+	"\x0elog_end_offset\x18\x06 \x01(\x03R\flogEndOffset\x12\x18\n" +
+	"\arecords\x18\a \x01(\fR\arecords\"\x86\x01\n" +
+	"\x1bOffsetForLeaderEpochRequest\x12\x1d\n" +
+	"\n" +
+	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12H\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\v2(.runnel.v1.OffsetForLeaderEpochPartitionR\n" +
+	"partitions\"\xa8\x01\n" +
+	"\x1dOffsetForLeaderEpochPartition\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x120\n" +
+	"\x14current_leader_epoch\x18\x03 \x01(\x05R\x12currentLeaderEpoch\x12!\n" +
+	"\fleader_epoch\x18\x04 \x01(\x05R\vleaderEpoch\"e\n" +
+	"\x1cOffsetForLeaderEpochResponse\x12E\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2%.runnel.v1.OffsetForLeaderEpochResultR\n" +
+	"partitions\"\xbe\x01\n" +
+	"\x1aOffsetForLeaderEpochResult\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12*\n" +
+	"\x05error\x18\x03 \x01(\v2\x14.runnel.v1.ErrorInfoR\x05error\x12!\n" +
+	"\fleader_epoch\x18\x04 \x01(\x05R\vleaderEpoch\x12\x1d\n" +
+	"\n" +
+	"end_offset\x18\x05 \x01(\x03R\tendOffset2V\n" +
 	"\aCluster\x12K\n" +
 	"\x06Status\x12\x1f.runnel.v1.ClusterStatusRequest\x1a .runnel.v1.ClusterStatusResponse2\xa8\x01\n" +
 	"\n" +
 	"Controller\x12@\n" +
 	"\aPropose\x12\x19.runnel.v1.ProposeRequest\x1a\x1a.runnel.v1.ProposeResponse\x12X\n" +
-	"\x0fBrokerHeartbeat\x12!.runnel.v1.BrokerHeartbeatRequest\x1a\".runnel.v1.BrokerHeartbeatResponseB4Z2github.com/runnel-io/runnel/api/runnel/v1;runnelv1b\x06proto3"
+	"\x0fBrokerHeartbeat\x12!.runnel.v1.BrokerHeartbeatRequest\x1a\".runnel.v1.BrokerHeartbeatResponse2\xc7\x01\n" +
+	"\vReplication\x12O\n" +
+	"\fReplicaFetch\x12\x1e.runnel.v1.ReplicaFetchRequest\x1a\x1f.runnel.v1.ReplicaFetchResponse\x12g\n" +
+	"\x14OffsetForLeaderEpoch\x12&.runnel.v1.OffsetForLeaderEpochRequest\x1a'.runnel.v1.OffsetForLeaderEpochResponseB4Z2github.com/runnel-io/runnel/api/runnel/v1;runnelv1b\x06proto3"
 
 var (
 	file_runnel_v1_cluster_proto_rawDescOnce sync.Once
@@ -752,34 +1346,52 @@ func file_runnel_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_runnel_v1_cluster_proto_rawDescData
 }
 
-var file_runnel_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_runnel_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_runnel_v1_cluster_proto_goTypes = []any{
-	(*ClusterStatusRequest)(nil),    // 0: runnel.v1.ClusterStatusRequest
-	(*ClusterStatusResponse)(nil),   // 1: runnel.v1.ClusterStatusResponse
-	(*ClusterNode)(nil),             // 2: runnel.v1.ClusterNode
-	(*PartitionStatus)(nil),         // 3: runnel.v1.PartitionStatus
-	(*ProposeRequest)(nil),          // 4: runnel.v1.ProposeRequest
-	(*ProposeResponse)(nil),         // 5: runnel.v1.ProposeResponse
-	(*BrokerHeartbeatRequest)(nil),  // 6: runnel.v1.BrokerHeartbeatRequest
-	(*BrokerHeartbeatResponse)(nil), // 7: runnel.v1.BrokerHeartbeatResponse
-	(*ErrorInfo)(nil),               // 8: runnel.v1.ErrorInfo
+	(*ClusterStatusRequest)(nil),          // 0: runnel.v1.ClusterStatusRequest
+	(*ClusterStatusResponse)(nil),         // 1: runnel.v1.ClusterStatusResponse
+	(*ClusterNode)(nil),                   // 2: runnel.v1.ClusterNode
+	(*PartitionStatus)(nil),               // 3: runnel.v1.PartitionStatus
+	(*ProposeRequest)(nil),                // 4: runnel.v1.ProposeRequest
+	(*ProposeResponse)(nil),               // 5: runnel.v1.ProposeResponse
+	(*BrokerHeartbeatRequest)(nil),        // 6: runnel.v1.BrokerHeartbeatRequest
+	(*BrokerHeartbeatResponse)(nil),       // 7: runnel.v1.BrokerHeartbeatResponse
+	(*ReplicaFetchRequest)(nil),           // 8: runnel.v1.ReplicaFetchRequest
+	(*ReplicaFetchPartition)(nil),         // 9: runnel.v1.ReplicaFetchPartition
+	(*ReplicaFetchResponse)(nil),          // 10: runnel.v1.ReplicaFetchResponse
+	(*ReplicaFetchPartitionResult)(nil),   // 11: runnel.v1.ReplicaFetchPartitionResult
+	(*OffsetForLeaderEpochRequest)(nil),   // 12: runnel.v1.OffsetForLeaderEpochRequest
+	(*OffsetForLeaderEpochPartition)(nil), // 13: runnel.v1.OffsetForLeaderEpochPartition
+	(*OffsetForLeaderEpochResponse)(nil),  // 14: runnel.v1.OffsetForLeaderEpochResponse
+	(*OffsetForLeaderEpochResult)(nil),    // 15: runnel.v1.OffsetForLeaderEpochResult
+	(*ErrorInfo)(nil),                     // 16: runnel.v1.ErrorInfo
 }
 var file_runnel_v1_cluster_proto_depIdxs = []int32{
-	2, // 0: runnel.v1.ClusterStatusResponse.nodes:type_name -> runnel.v1.ClusterNode
-	3, // 1: runnel.v1.ClusterStatusResponse.offline_partitions:type_name -> runnel.v1.PartitionStatus
-	3, // 2: runnel.v1.ClusterStatusResponse.under_replicated_partitions:type_name -> runnel.v1.PartitionStatus
-	8, // 3: runnel.v1.ProposeResponse.error:type_name -> runnel.v1.ErrorInfo
-	0, // 4: runnel.v1.Cluster.Status:input_type -> runnel.v1.ClusterStatusRequest
-	4, // 5: runnel.v1.Controller.Propose:input_type -> runnel.v1.ProposeRequest
-	6, // 6: runnel.v1.Controller.BrokerHeartbeat:input_type -> runnel.v1.BrokerHeartbeatRequest
-	1, // 7: runnel.v1.Cluster.Status:output_type -> runnel.v1.ClusterStatusResponse
-	5, // 8: runnel.v1.Controller.Propose:output_type -> runnel.v1.ProposeResponse
-	7, // 9: runnel.v1.Controller.BrokerHeartbeat:output_type -> runnel.v1.BrokerHeartbeatResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2,  // 0: runnel.v1.ClusterStatusResponse.nodes:type_name -> runnel.v1.ClusterNode
+	3,  // 1: runnel.v1.ClusterStatusResponse.offline_partitions:type_name -> runnel.v1.PartitionStatus
+	3,  // 2: runnel.v1.ClusterStatusResponse.under_replicated_partitions:type_name -> runnel.v1.PartitionStatus
+	16, // 3: runnel.v1.ProposeResponse.error:type_name -> runnel.v1.ErrorInfo
+	9,  // 4: runnel.v1.ReplicaFetchRequest.partitions:type_name -> runnel.v1.ReplicaFetchPartition
+	11, // 5: runnel.v1.ReplicaFetchResponse.partitions:type_name -> runnel.v1.ReplicaFetchPartitionResult
+	16, // 6: runnel.v1.ReplicaFetchPartitionResult.error:type_name -> runnel.v1.ErrorInfo
+	13, // 7: runnel.v1.OffsetForLeaderEpochRequest.partitions:type_name -> runnel.v1.OffsetForLeaderEpochPartition
+	15, // 8: runnel.v1.OffsetForLeaderEpochResponse.partitions:type_name -> runnel.v1.OffsetForLeaderEpochResult
+	16, // 9: runnel.v1.OffsetForLeaderEpochResult.error:type_name -> runnel.v1.ErrorInfo
+	0,  // 10: runnel.v1.Cluster.Status:input_type -> runnel.v1.ClusterStatusRequest
+	4,  // 11: runnel.v1.Controller.Propose:input_type -> runnel.v1.ProposeRequest
+	6,  // 12: runnel.v1.Controller.BrokerHeartbeat:input_type -> runnel.v1.BrokerHeartbeatRequest
+	8,  // 13: runnel.v1.Replication.ReplicaFetch:input_type -> runnel.v1.ReplicaFetchRequest
+	12, // 14: runnel.v1.Replication.OffsetForLeaderEpoch:input_type -> runnel.v1.OffsetForLeaderEpochRequest
+	1,  // 15: runnel.v1.Cluster.Status:output_type -> runnel.v1.ClusterStatusResponse
+	5,  // 16: runnel.v1.Controller.Propose:output_type -> runnel.v1.ProposeResponse
+	7,  // 17: runnel.v1.Controller.BrokerHeartbeat:output_type -> runnel.v1.BrokerHeartbeatResponse
+	10, // 18: runnel.v1.Replication.ReplicaFetch:output_type -> runnel.v1.ReplicaFetchResponse
+	14, // 19: runnel.v1.Replication.OffsetForLeaderEpoch:output_type -> runnel.v1.OffsetForLeaderEpochResponse
+	15, // [15:20] is the sub-list for method output_type
+	10, // [10:15] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_runnel_v1_cluster_proto_init() }
@@ -794,9 +1406,9 @@ func file_runnel_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_cluster_proto_rawDesc), len(file_runnel_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   16,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_runnel_v1_cluster_proto_goTypes,
 		DependencyIndexes: file_runnel_v1_cluster_proto_depIdxs,

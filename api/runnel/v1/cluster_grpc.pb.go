@@ -277,3 +277,161 @@ var Controller_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "runnel/v1/cluster.proto",
 }
+
+const (
+	Replication_ReplicaFetch_FullMethodName         = "/runnel.v1.Replication/ReplicaFetch"
+	Replication_OffsetForLeaderEpoch_FullMethodName = "/runnel.v1.Replication/OffsetForLeaderEpoch"
+)
+
+// ReplicationClient is the client API for Replication service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Replication is the brokers' own service for copying partitions: followers fetch from the leader
+// (Kafka's replica fetcher, with the follower's log end offset as fetch offset), and ask the leader
+// where a leader epoch ends before fetching from a new leader, so they can truncate a suffix the leader
+// does not have (KIP-101, KIP-279).
+type ReplicationClient interface {
+	// ReplicaFetch is a long poll like Fetch, answered by the leader: batches from each fetch_offset up to
+	// the leader's durable log end (not only the high watermark), and the high watermark. The fetch
+	// offset tells the leader the follower's log end offset, from which it advances the high watermark.
+	ReplicaFetch(ctx context.Context, in *ReplicaFetchRequest, opts ...grpc.CallOption) (*ReplicaFetchResponse, error)
+	// OffsetForLeaderEpoch answers, per partition, where the asked leader epoch ends in the leader's log.
+	OffsetForLeaderEpoch(ctx context.Context, in *OffsetForLeaderEpochRequest, opts ...grpc.CallOption) (*OffsetForLeaderEpochResponse, error)
+}
+
+type replicationClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewReplicationClient(cc grpc.ClientConnInterface) ReplicationClient {
+	return &replicationClient{cc}
+}
+
+func (c *replicationClient) ReplicaFetch(ctx context.Context, in *ReplicaFetchRequest, opts ...grpc.CallOption) (*ReplicaFetchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicaFetchResponse)
+	err := c.cc.Invoke(ctx, Replication_ReplicaFetch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *replicationClient) OffsetForLeaderEpoch(ctx context.Context, in *OffsetForLeaderEpochRequest, opts ...grpc.CallOption) (*OffsetForLeaderEpochResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OffsetForLeaderEpochResponse)
+	err := c.cc.Invoke(ctx, Replication_OffsetForLeaderEpoch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReplicationServer is the server API for Replication service.
+// All implementations must embed UnimplementedReplicationServer
+// for forward compatibility.
+//
+// Replication is the brokers' own service for copying partitions: followers fetch from the leader
+// (Kafka's replica fetcher, with the follower's log end offset as fetch offset), and ask the leader
+// where a leader epoch ends before fetching from a new leader, so they can truncate a suffix the leader
+// does not have (KIP-101, KIP-279).
+type ReplicationServer interface {
+	// ReplicaFetch is a long poll like Fetch, answered by the leader: batches from each fetch_offset up to
+	// the leader's durable log end (not only the high watermark), and the high watermark. The fetch
+	// offset tells the leader the follower's log end offset, from which it advances the high watermark.
+	ReplicaFetch(context.Context, *ReplicaFetchRequest) (*ReplicaFetchResponse, error)
+	// OffsetForLeaderEpoch answers, per partition, where the asked leader epoch ends in the leader's log.
+	OffsetForLeaderEpoch(context.Context, *OffsetForLeaderEpochRequest) (*OffsetForLeaderEpochResponse, error)
+	mustEmbedUnimplementedReplicationServer()
+}
+
+// UnimplementedReplicationServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedReplicationServer struct{}
+
+func (UnimplementedReplicationServer) ReplicaFetch(context.Context, *ReplicaFetchRequest) (*ReplicaFetchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplicaFetch not implemented")
+}
+func (UnimplementedReplicationServer) OffsetForLeaderEpoch(context.Context, *OffsetForLeaderEpochRequest) (*OffsetForLeaderEpochResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OffsetForLeaderEpoch not implemented")
+}
+func (UnimplementedReplicationServer) mustEmbedUnimplementedReplicationServer() {}
+func (UnimplementedReplicationServer) testEmbeddedByValue()                     {}
+
+// UnsafeReplicationServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ReplicationServer will
+// result in compilation errors.
+type UnsafeReplicationServer interface {
+	mustEmbedUnimplementedReplicationServer()
+}
+
+func RegisterReplicationServer(s grpc.ServiceRegistrar, srv ReplicationServer) {
+	// If the following call panics, it indicates UnimplementedReplicationServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Replication_ServiceDesc, srv)
+}
+
+func _Replication_ReplicaFetch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicaFetchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicationServer).ReplicaFetch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Replication_ReplicaFetch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicationServer).ReplicaFetch(ctx, req.(*ReplicaFetchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Replication_OffsetForLeaderEpoch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OffsetForLeaderEpochRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicationServer).OffsetForLeaderEpoch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Replication_OffsetForLeaderEpoch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicationServer).OffsetForLeaderEpoch(ctx, req.(*OffsetForLeaderEpochRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Replication_ServiceDesc is the grpc.ServiceDesc for Replication service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Replication_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "runnel.v1.Replication",
+	HandlerType: (*ReplicationServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ReplicaFetch",
+			Handler:    _Replication_ReplicaFetch_Handler,
+		},
+		{
+			MethodName: "OffsetForLeaderEpoch",
+			Handler:    _Replication_OffsetForLeaderEpoch_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "runnel/v1/cluster.proto",
+}

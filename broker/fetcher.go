@@ -1,0 +1,290 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/client/batch"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Fetcher settings (Kafka's replica.fetch.* properties).
+const (
+	replicaFetchWait     = 500 * time.Millisecond // replica.fetch.wait.max.ms
+	replicaFetchMaxBytes = 16 << 20               // replica.fetch.response.max.bytes
+	replicaPartitionMax  = 4 << 20                // replica.fetch.max.bytes
+	replicaFetchBackoff  = 200 * time.Millisecond // replica.fetch.backoff.ms
+)
+
+// fetcher copies the partitions this broker follows from one leader: a loop of long-poll ReplicaFetch
+// calls carrying each partition's log end offset, appending what comes back as it is. Before it first
+// fetches a partition at a new leader epoch it asks the leader where its own latest epoch ends and
+// truncates what the leader does not have (KIP-101, KIP-279).
+type fetcher struct {
+	rm     *replication
+	leader int32
+
+	mu    sync.Mutex
+	parts map[plog.PartitionID]*replica
+	wake  chan struct{} // signalled when partitions are added
+	stop  chan struct{}
+	once  sync.Once
+
+	conn *grpc.ClientConn
+	addr string
+}
+
+func newFetcher(rm *replication, leader int32) *fetcher {
+	return &fetcher{rm: rm, leader: leader, parts: map[plog.PartitionID]*replica{}, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+func (f *fetcher) add(r *replica) {
+	f.mu.Lock()
+	f.parts[r.id] = r
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (f *fetcher) remove(id plog.PartitionID) {
+	f.mu.Lock()
+	delete(f.parts, id)
+	f.mu.Unlock()
+}
+
+func (f *fetcher) close() { f.once.Do(func() { close(f.stop) }) }
+
+// client returns a Replication client of the leader's current address.
+func (f *fetcher) client() (runnelv1.ReplicationClient, error) {
+	br, ok := f.rm.b.md.Image().Broker(f.leader)
+	if !ok {
+		return nil, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "leader %d is not registered", f.leader)
+	}
+	if f.conn == nil || f.addr != br.GRPCAddr {
+		if f.conn != nil {
+			f.conn.Close()
+		}
+		cc, err := grpc.NewClient(br.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6,
+				Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second}))
+		if err != nil {
+			return nil, err
+		}
+		f.conn, f.addr = cc, br.GRPCAddr
+	}
+	return runnelv1.NewReplicationClient(f.conn), nil
+}
+
+func (f *fetcher) snapshot() []*replica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]*replica, 0, len(f.parts))
+	for _, r := range f.parts {
+		out = append(out, r)
+	}
+	return out
+}
+
+func (f *fetcher) run() {
+	defer f.rm.b.wg.Done()
+	defer func() {
+		if f.conn != nil {
+			f.conn.Close()
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-f.stop:
+		case <-f.rm.b.stop:
+		}
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		parts := f.snapshot()
+		if len(parts) == 0 {
+			select {
+			case <-ctx.Done():
+			case <-f.wake:
+			}
+			continue
+		}
+		err := f.round(ctx, parts)
+		if err != nil && ctx.Err() == nil {
+			f.rm.b.log.Debug("replica fetch failed", "leader", f.leader, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(replicaFetchBackoff):
+			}
+		}
+	}
+}
+
+// round truncates the partitions that start following a new epoch, then fetches once.
+func (f *fetcher) round(ctx context.Context, parts []*replica) error {
+	cl, err := f.client()
+	if err != nil {
+		return err
+	}
+	if err := f.truncate(ctx, cl, parts); err != nil {
+		return err
+	}
+	req := &runnelv1.ReplicaFetchRequest{ReplicaId: f.rm.b.cfg.NodeID, MaxWaitMs: int32(replicaFetchWait / time.Millisecond),
+		MaxBytes: replicaFetchMaxBytes}
+	var fetched []*replica
+	for _, r := range parts {
+		r.mu.Lock()
+		ok := !r.leader && r.leaderID == f.leader && r.truncated
+		epoch := r.epoch
+		r.mu.Unlock()
+		if !ok {
+			continue
+		}
+		fetched = append(fetched, r)
+		req.Partitions = append(req.Partitions, &runnelv1.ReplicaFetchPartition{Topic: r.topic, Partition: r.partition,
+			CurrentLeaderEpoch: epoch, FetchOffset: r.log.LogEndOffset(), PartitionMaxBytes: replicaPartitionMax})
+	}
+	if len(fetched) == 0 {
+		select { // every partition waits for its truncation or moved: do not spin
+		case <-ctx.Done():
+		case <-time.After(replicaFetchBackoff):
+		}
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, replicaFetchWait+5*time.Second)
+	defer cancel()
+	resp, err := cl.ReplicaFetch(cctx, req)
+	if err != nil {
+		return rerr.FromStatus(err)
+	}
+	if len(resp.Partitions) != len(fetched) {
+		return rerr.New(runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, "replica fetch answered %d partitions of %d", len(resp.Partitions), len(fetched))
+	}
+	var errs []error
+	for i, pr := range resp.Partitions {
+		if err := f.apply(ctx, fetched[i], pr); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// truncate asks the leader where this replica's latest epoch ends and cuts the log there (KIP-101,
+// KIP-279): a suffix written under an epoch the leader does not continue was never committed.
+func (f *fetcher) truncate(ctx context.Context, cl runnelv1.ReplicationClient, parts []*replica) error {
+	req := &runnelv1.OffsetForLeaderEpochRequest{ReplicaId: f.rm.b.cfg.NodeID}
+	var asked []*replica
+	for _, r := range parts {
+		r.mu.Lock()
+		need := !r.leader && r.leaderID == f.leader && !r.truncated
+		epoch := r.epoch
+		r.mu.Unlock()
+		if !need {
+			continue
+		}
+		asked = append(asked, r)
+		req.Partitions = append(req.Partitions, &runnelv1.OffsetForLeaderEpochPartition{Topic: r.topic, Partition: r.partition,
+			CurrentLeaderEpoch: epoch, LeaderEpoch: r.log.LatestEpoch()})
+	}
+	if len(asked) == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := cl.OffsetForLeaderEpoch(cctx, req)
+	if err != nil {
+		return rerr.FromStatus(err)
+	}
+	for i, res := range resp.Partitions {
+		if i >= len(asked) {
+			break
+		}
+		r := asked[i]
+		if err := rerr.FromInfo(res.Error); err != nil {
+			continue // the leader is not there yet at this epoch, or moved on: the metadata will tell
+		}
+		leo := r.log.LogEndOffset()
+		cut := leo
+		if res.EndOffset >= 0 && res.EndOffset < leo {
+			cut = res.EndOffset
+		}
+		if res.EndOffset < 0 && r.log.LatestEpoch() >= 0 {
+			// The leader has no epoch at or below ours: none of our log is known to be committed
+			// under its history; keep what the HW says was committed.
+			cut = min(leo, r.log.HighWatermark())
+		}
+		if cut < leo {
+			newEnd, err := r.log.Truncate(cut)
+			if err != nil {
+				return err
+			}
+			f.rm.b.log.Info("follower log truncated to the leader's", "topic", r.topic, "partition", r.partition,
+				"leader", f.leader, "from", leo, "to", newEnd)
+		}
+		r.mu.Lock()
+		r.truncated = true
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// apply appends one partition's fetched batches and takes the leader's HW (capped at the local end).
+func (f *fetcher) apply(ctx context.Context, r *replica, pr *runnelv1.ReplicaFetchPartitionResult) error {
+	if err := rerr.FromInfo(pr.Error); err != nil {
+		var e *rerr.Error
+		if errors.As(err, &e) && e.Code == runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE {
+			// Behind the leader's log start (retention moved it): start over from there.
+			if pr.LogStartOffset > r.log.LogEndOffset() {
+				if _, terr := r.log.Truncate(pr.LogStartOffset); terr != nil {
+					return terr
+				}
+				return nil
+			}
+			// Ahead of the leader: truncate again before the next fetch.
+			r.mu.Lock()
+			r.truncated = false
+			r.mu.Unlock()
+		}
+		return err
+	}
+	recs := pr.Records
+	if len(recs) > 0 {
+		leo := r.log.LogEndOffset()
+		// The answer starts at the batch that holds the fetch offset; skip what is already here.
+		var keep []byte
+		err := batch.Split(recs, func(b []byte, h batch.Header) error {
+			if h.BaseOffset >= leo {
+				keep = append(keep, b...)
+			}
+			return nil
+		})
+		if err != nil {
+			return rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "replica fetch of %s-%d: %v", r.topic, r.partition, err)
+		}
+		if len(keep) > 0 {
+			if _, err := r.log.AppendReplica(ctx, keep, plog.AppendOptions{Sync: true, LogAppendTime: -1}); err != nil {
+				if errors.Is(err, plog.ErrOffsetMismatch) {
+					r.mu.Lock()
+					r.truncated = false
+					r.mu.Unlock()
+				}
+				return err
+			}
+		}
+	}
+	if hw := min(pr.HighWatermark, r.log.DurableEnd()); hw > r.log.HighWatermark() {
+		return r.log.SetHighWatermark(hw)
+	}
+	return nil
+}

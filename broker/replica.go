@@ -1,0 +1,162 @@
+package broker
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/broker/meta"
+	"github.com/runnel-io/runnel/broker/plog"
+)
+
+// DefaultReplicaLagTimeMax is how long a follower may go without catching up with the leader's log end
+// before the leader removes it from the ISR (Kafka's replica.lag.time.max.ms is 30 s; a LAN cluster
+// notices a stuck follower sooner).
+const DefaultReplicaLagTimeMax = 10 * time.Second
+
+// replica is this broker's part in one replicated partition (replication factor > 1): as leader it
+// tracks its followers' log end offsets, moves the high watermark to the smallest of the ISR's, and
+// answers acks=all producers once the HW passes their records; as follower a fetcher copies the
+// leader's log into it (fetcher.go). Kafka's Partition and Replica classes, in one.
+type replica struct {
+	id        plog.PartitionID
+	topic     string
+	partition int32
+	log       *plog.Partition
+
+	mu             sync.Mutex
+	leader         bool  // this broker leads at epoch
+	leaderID       int32 // the leader (this broker or another), meta.NoLeader when none
+	epoch          int32 // leader epoch of the current role
+	partitionEpoch int32
+	replicas, isr  []int32
+	minISR         int32
+	followers      map[int32]*follower // leader role: every other replica
+	waiters        []hwWaiter          // leader role: acks=all appends waiting for the HW, by offset
+	isrChange      bool                // leader role: an ISR change is being proposed
+	truncated      bool                // follower role: the log was truncated for this epoch (KIP-101)
+	stopWatch      chan struct{}       // leader role: closed to stop watchDurable
+}
+
+// follower is what the leader knows of one follower.
+type follower struct {
+	leo          int64     // its log end offset, from its latest fetch; -1 before the first
+	lastFetch    time.Time // of its latest fetch
+	lastCaughtUp time.Time // last time its fetch showed it had everything the leader had (Kafka's lastCaughtUpTimeMs)
+}
+
+// hwWaiter is an acks=all append waiting for the HW to reach end.
+type hwWaiter struct {
+	end  int64
+	done func(error)
+}
+
+// becomeLeader takes the leadership at st's epoch: followers start unknown, and count as caught up now
+// so the ISR is not shrunk before they had a chance to fetch (Kafka does the same at election).
+func (r *replica) becomeLeader(self int32, st meta.PartitionState, now time.Time) {
+	r.leader, r.leaderID, r.epoch, r.truncated = true, self, st.LeaderEpoch, false
+	r.followers = map[int32]*follower{}
+	for _, id := range st.Replicas {
+		if id != self {
+			r.followers[id] = &follower{leo: -1, lastCaughtUp: now}
+		}
+	}
+}
+
+// stepDown ends the leadership: appends still waiting for the HW fail with NOT_LEADER_OR_FOLLOWER (the
+// new leader may or may not have them; the producer retries).
+func (r *replica) stepDownLocked() []hwWaiter {
+	if r.stopWatch != nil {
+		close(r.stopWatch)
+		r.stopWatch = nil
+	}
+	r.leader, r.followers = false, nil
+	w := r.waiters
+	r.waiters = nil
+	return w
+}
+
+// highWatermarkLocked is the HW the ISR allows: the smallest log end offset of the ISR members, the
+// leader's being its durable end (KIP-101's rule that the HW never passes what every in-sync replica
+// has). A follower of the ISR not heard from yet holds it where it is.
+func (r *replica) highWatermarkLocked() int64 {
+	hw := r.log.DurableEnd()
+	for _, id := range r.isr {
+		if f := r.followers[id]; f != nil {
+			if f.leo < 0 {
+				return r.log.HighWatermark()
+			}
+			hw = min(hw, f.leo)
+		}
+	}
+	return hw
+}
+
+// advanceLocked moves the HW as far as the ISR allows and returns the waiters it satisfied.
+func (r *replica) advanceLocked() []hwWaiter {
+	if !r.leader {
+		return nil
+	}
+	hw := r.highWatermarkLocked()
+	if hw > r.log.HighWatermark() {
+		if err := r.log.SetHighWatermark(hw); err != nil {
+			return nil
+		}
+	}
+	hw = r.log.HighWatermark()
+	n := 0
+	for n < len(r.waiters) && r.waiters[n].end <= hw {
+		n++
+	}
+	done := slices.Clone(r.waiters[:n])
+	r.waiters = slices.Delete(r.waiters, 0, n)
+	return done
+}
+
+// addWaiterLocked queues an acks=all append whose records end at end (exclusive).
+func (r *replica) addWaiterLocked(end int64, done func(error)) {
+	i, _ := slices.BinarySearchFunc(r.waiters, end, func(w hwWaiter, e int64) int {
+		switch {
+		case w.end < e:
+			return -1
+		case w.end > e:
+			return 1
+		}
+		return 0
+	})
+	r.waiters = slices.Insert(r.waiters, i, hwWaiter{end: end, done: done})
+}
+
+// notLeaderLocked is the error for a request this replica cannot serve as leader.
+func (r *replica) notLeaderLocked() error {
+	return &rerr.Error{Code: runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER, LeaderID: r.leaderID, LeaderEpoch: r.epoch,
+		Message: "no longer the leader of " + r.id.String()}
+}
+
+// fire runs the callbacks of satisfied waiters with err, outside any lock.
+func fire(ws []hwWaiter, err error) {
+	for _, w := range ws {
+		w.done(err)
+	}
+}
+
+// watchDurable runs while this broker leads the partition: each time the local durable end moves (an
+// append fsynced) it advances the HW, which with an ISR of the leader alone is all it takes.
+func (r *replica) watchDurable(stop <-chan struct{}, brokerStop <-chan struct{}) {
+	for {
+		ch := r.log.Changed()
+		r.mu.Lock()
+		ws := r.advanceLocked()
+		r.mu.Unlock()
+		fire(ws, nil)
+		select {
+		case <-ch:
+		case <-stop:
+			return
+		case <-brokerStop:
+			return
+		}
+	}
+}

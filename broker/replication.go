@@ -1,0 +1,291 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/broker/meta"
+	"github.com/runnel-io/runnel/broker/plog"
+)
+
+// replication is the broker's replica manager: it follows the metadata to give each replicated
+// partition held here its role (leader or follower at a leader epoch), runs one fetcher per leader this
+// broker follows, and on the leader shrinks and expands the ISR through the controller (Kafka's
+// ReplicaManager and AlterPartition, KIP-497). Partitions with one replica are not replicated: their
+// high watermark is their durable end, as on a single node.
+type replication struct {
+	b      *Broker
+	lagMax time.Duration
+
+	mu       sync.Mutex
+	parts    map[plog.PartitionID]*replica
+	fetchers map[int32]*fetcher // by leader id
+}
+
+func newReplication(b *Broker) *replication {
+	lag := b.cfg.ReplicaLagTimeMax
+	if lag <= 0 {
+		lag = DefaultReplicaLagTimeMax
+	}
+	return &replication{b: b, lagMax: lag, parts: map[plog.PartitionID]*replica{}, fetchers: map[int32]*fetcher{}}
+}
+
+// get returns the replica state of a replicated partition held here, or nil.
+func (rm *replication) get(id plog.PartitionID) *replica {
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	return rm.parts[id]
+}
+
+// apply gives every replicated partition held here its role in img. logs are the open local logs (b.mu
+// held by the caller, so the logs cannot be dropped meanwhile).
+func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) *plog.Partition) {
+	self := rm.b.cfg.NodeID
+	now := time.Now()
+	seen := map[plog.PartitionID]bool{}
+	var fail []hwWaiter
+	rm.mu.Lock()
+	defer func() {
+		rm.mu.Unlock()
+		fire(fail, rerr.New(runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER, "leadership moved while the write waited for the ISR"))
+	}()
+	for _, t := range img.TopicList() {
+		for i, st := range t.Assignment {
+			if len(st.Replicas) <= 1 || !st.IsReplica(self) {
+				continue
+			}
+			l := logs(t, int32(i))
+			if l == nil {
+				continue
+			}
+			id := plog.PartitionID{TopicNum: t.Num, Partition: int32(i)}
+			seen[id] = true
+			r := rm.parts[id]
+			if r == nil {
+				l.SetReplicated()
+				r = &replica{id: id, topic: t.Name, partition: int32(i), log: l, leaderID: meta.NoLeader, epoch: -1}
+				rm.parts[id] = r
+			}
+			r.mu.Lock()
+			r.replicas, r.isr, r.partitionEpoch, r.minISR = st.Replicas, st.ISR, st.PartitionEpoch, t.Config.MinInsyncReplicas
+			switch {
+			case st.Leader == self:
+				if !r.leader || r.epoch != st.LeaderEpoch {
+					rm.unfollowLocked(r)
+					if r.leader {
+						fail = append(fail, r.stepDownLocked()...) // a new epoch of our own leadership
+					}
+					r.becomeLeader(self, st, now)
+					r.stopWatch = make(chan struct{})
+					rm.b.wg.Add(1)
+					go func(stop chan struct{}) {
+						defer rm.b.wg.Done()
+						r.watchDurable(stop, rm.b.stop)
+					}(r.stopWatch)
+					rm.b.log.Debug("partition leader", "topic", t.Name, "partition", i, "leader_epoch", st.LeaderEpoch)
+				}
+				r.isrChange = false
+				fail = append(fail, r.advanceLocked()...) // an ISR that shrank may let the HW move
+			default:
+				if r.leader {
+					fail = append(fail, r.stepDownLocked()...)
+				}
+				if r.leaderID != st.Leader || r.epoch != st.LeaderEpoch {
+					rm.unfollowLocked(r)
+					r.leaderID, r.epoch, r.truncated = st.Leader, st.LeaderEpoch, false
+					if st.Leader != meta.NoLeader {
+						rm.followLocked(r, st.Leader)
+					}
+				}
+			}
+			r.mu.Unlock()
+		}
+	}
+	for id, r := range rm.parts {
+		if seen[id] {
+			continue
+		}
+		r.mu.Lock()
+		if r.leader {
+			fail = append(fail, r.stepDownLocked()...)
+		}
+		rm.unfollowLocked(r)
+		r.mu.Unlock()
+		delete(rm.parts, id)
+	}
+}
+
+// followLocked hands r to the fetcher of leader (rm.mu held).
+func (rm *replication) followLocked(r *replica, leader int32) {
+	f := rm.fetchers[leader]
+	if f == nil {
+		f = newFetcher(rm, leader)
+		rm.fetchers[leader] = f
+		rm.b.wg.Add(1)
+		go f.run()
+	}
+	f.add(r)
+}
+
+// unfollowLocked takes r from every fetcher (rm.mu held).
+func (rm *replication) unfollowLocked(r *replica) {
+	for _, f := range rm.fetchers {
+		f.remove(r.id)
+	}
+}
+
+// waitISR is called once an acks=all append to a replicated partition is durable on the leader: done
+// runs when the HW reaches end (every ISR member has the records), with NOT_ENOUGH_REPLICAS_AFTER_APPEND
+// if the ISR shrank below min.insync.replicas meanwhile, or with REQUEST_TIMED_OUT at the deadline.
+func (rm *replication) waitISR(r *replica, end int64, deadline time.Time, done func(error)) {
+	var once sync.Once
+	finish := func(err error) { once.Do(func() { done(err) }) }
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		finish(rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "%s-%d: the in-sync replicas did not all have the records within the request timeout", r.topic, r.partition))
+	})
+	r.mu.Lock()
+	if !r.leader {
+		err := r.notLeaderLocked()
+		r.mu.Unlock()
+		timer.Stop()
+		finish(err)
+		return
+	}
+	r.addWaiterLocked(end, func(err error) {
+		timer.Stop()
+		if err == nil {
+			r.mu.Lock()
+			isr, minISR := len(r.isr), r.minISR
+			r.mu.Unlock()
+			if int32(isr) < minISR {
+				err = rerr.New(runnelv1.ErrorCode_NOT_ENOUGH_REPLICAS_AFTER_APPEND, "%s-%d: written, but the ISR has %d member(s), fewer than min.insync.replicas=%d", r.topic, r.partition, isr, minISR)
+			}
+		}
+		finish(err)
+	})
+	ws := r.advanceLocked()
+	r.mu.Unlock()
+	fire(ws, nil)
+}
+
+// checkMinISR refuses an acks=all append before it is written when the ISR is smaller than
+// min.insync.replicas (NOT_ENOUGH_REPLICAS), as Kafka does.
+func (r *replica) checkMinISR() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.leader {
+		return r.notLeaderLocked()
+	}
+	if int32(len(r.isr)) < r.minISR {
+		return rerr.New(runnelv1.ErrorCode_NOT_ENOUGH_REPLICAS, "%s-%d: the ISR %v has fewer members than min.insync.replicas=%d", r.topic, r.partition, r.isr, r.minISR)
+	}
+	return nil
+}
+
+// followerFetched records a follower's fetch at offset (its log end offset): it may move the HW and,
+// once the follower has caught up, bring it back into the ISR.
+func (rm *replication) followerFetched(r *replica, id int32, offset int64, now time.Time) {
+	r.mu.Lock()
+	f := r.followers[id]
+	if !r.leader || f == nil {
+		r.mu.Unlock()
+		return
+	}
+	f.leo, f.lastFetch = offset, now
+	if offset >= r.log.DurableEnd() {
+		f.lastCaughtUp = now
+	}
+	ws := r.advanceLocked()
+	// A follower out of the ISR that has everything up to the HW rejoins (Kafka's maybeExpandIsr).
+	expand := !slices.Contains(r.isr, id) && offset >= r.log.HighWatermark() && !r.isrChange
+	var cmd meta.Command
+	if expand {
+		r.isrChange = true
+		cmd = meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
+			LeaderEpoch: r.epoch, PartitionEpoch: r.partitionEpoch, ISR: append(slices.Clone(r.isr), id)}
+	}
+	r.mu.Unlock()
+	fire(ws, nil)
+	if expand {
+		rm.b.wg.Add(1)
+		go rm.alterISR(r, cmd, false, fmt.Sprintf("broker %d caught up", id))
+	}
+}
+
+// checkISR removes from the ISR of every partition led here the followers that have not caught up for
+// lagMax (Kafka's maybeShrinkIsr), one controller proposal per partition.
+func (rm *replication) checkISR(now time.Time) {
+	rm.mu.Lock()
+	parts := make([]*replica, 0, len(rm.parts))
+	for _, r := range rm.parts {
+		parts = append(parts, r)
+	}
+	rm.mu.Unlock()
+	for _, r := range parts {
+		r.mu.Lock()
+		if !r.leader || r.isrChange {
+			r.mu.Unlock()
+			continue
+		}
+		var keep, out []int32
+		for _, id := range r.isr {
+			if f := r.followers[id]; f != nil && now.Sub(f.lastCaughtUp) > rm.lagMax {
+				out = append(out, id)
+			} else {
+				keep = append(keep, id)
+			}
+		}
+		if len(out) == 0 {
+			r.mu.Unlock()
+			continue
+		}
+		r.isrChange = true
+		cmd := meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
+			LeaderEpoch: r.epoch, PartitionEpoch: r.partitionEpoch, ISR: keep}
+		r.mu.Unlock()
+		rm.b.wg.Add(1)
+		go rm.alterISR(r, cmd, true, fmt.Sprintf("broker(s) %v not caught up within %v", out, rm.lagMax))
+	}
+}
+
+// alterISR proposes an ISR change; the new ISR takes effect when the metadata brings it back (apply).
+func (rm *replication) alterISR(r *replica, cmd meta.Command, shrink bool, why string) {
+	defer rm.b.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := rm.b.md.Propose(ctx, cmd)
+	if err != nil {
+		rm.b.log.Warn("ISR change refused", "topic", r.topic, "partition", r.partition, "isr", cmd.ISR, "reason", why, "err", err)
+		r.mu.Lock()
+		r.isrChange = false
+		r.mu.Unlock()
+		return
+	}
+	rm.b.tel.ISRChanged(r.topic, r.partition, shrink)
+	rm.b.log.Info("ISR changed", "topic", r.topic, "partition", r.partition, "isr", cmd.ISR, "reason", why)
+}
+
+// loop runs the ISR check every lagMax/4 until the broker stops.
+func (rm *replication) loop() {
+	defer rm.b.wg.Done()
+	t := time.NewTicker(rm.lagMax / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-rm.b.stop:
+			rm.mu.Lock()
+			for _, f := range rm.fetchers {
+				f.close()
+			}
+			rm.mu.Unlock()
+			return
+		case now := <-t.C:
+			rm.checkISR(now)
+		}
+	}
+}
