@@ -97,7 +97,7 @@ type ppart struct {
 	leader   int32     // leader from the latest metadata (-1 unknown)
 	// epoch is the leader epoch from the latest metadata, sent with each batch (KIP-320) so a broker
 	// that is no longer the leader, or not yet, refuses it rather than storing it.
-	epoch atomic.Int32
+	epoch    atomic.Int32
 	nextSeq  uint64    // sequence of the next batch created
 	nextDone uint64    // sequence of the next batch whose promises may run
 	held     []*pbatch // finished batches waiting for an earlier one, by sequence
