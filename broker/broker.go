@@ -96,6 +96,10 @@ type Broker struct {
 	parts map[string]*topicLogs // by topic name: the logs of the partitions this node holds
 	repl  *replication
 
+	pids           producerIDs
+	psMu           sync.Mutex
+	producerStates map[plog.PartitionID]*producerState // idempotence state of partitions led here
+
 	stop     chan struct{}
 	draining chan struct{} // closed by Drain
 	drainMu  sync.Once
@@ -122,7 +126,8 @@ func New(cfg Config, store *plog.Store, md Metadata, logger *slog.Logger) (*Brok
 	if logger == nil {
 		logger = slog.Default()
 	}
-	b := &Broker{cfg: cfg, store: store, md: md, log: logger, tel: cfg.Telemetry, parts: map[string]*topicLogs{}, stop: make(chan struct{}), draining: make(chan struct{})}
+	b := &Broker{cfg: cfg, store: store, md: md, log: logger, tel: cfg.Telemetry, parts: map[string]*topicLogs{}, stop: make(chan struct{}), draining: make(chan struct{}),
+		producerStates: map[plog.PartitionID]*producerState{}}
 	b.tel.ObserveStorage(b.storageStats)
 	b.repl = newReplication(b)
 	if err := b.reconcile(md.Image()); err != nil {
@@ -196,6 +201,13 @@ func (b *Broker) reconcile(img *meta.Image) error {
 		}
 		delete(b.parts, name)
 		b.tel.ForgetTopic(name)
+		b.psMu.Lock()
+		for id := range b.producerStates {
+			if id.TopicNum == tl.num {
+				delete(b.producerStates, id)
+			}
+		}
+		b.psMu.Unlock()
 		for i, p := range tl.logs {
 			if p == nil {
 				continue

@@ -136,15 +136,24 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 	}
 	maxBytes := int(t.Config.MaxMessageBytes)
 	compacted := t.Config.Compact()
+	var first batch.Header
+	n := 0
 	err = batch.Split(pp.Records, func(bt []byte, h batch.Header) error {
+		if n == 0 {
+			first = h
+		}
+		n++
 		if len(bt) > maxBytes {
 			return rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "%s-%d: batch of %d bytes is larger than max.message.bytes=%d", pp.Topic, pp.Partition, len(bt), maxBytes)
 		}
 		if h.IsControl() || h.IsTransactional() {
 			return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: producers may not write control or transactional batches (transactions are not enabled)", pp.Topic, pp.Partition)
 		}
-		if h.ProducerID >= 0 {
-			return rerr.New(runnelv1.ErrorCode_UNSUPPORTED_VERSION, "%s-%d: idempotent batches (producer id %d) are not supported yet; send producer id -1", pp.Topic, pp.Partition, h.ProducerID)
+		if (h.ProducerID >= 0) != (first.ProducerID >= 0) || (n > 1 && h.ProducerID >= 0) {
+			return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: an idempotent producer sends exactly one batch per partition in a request", pp.Topic, pp.Partition)
+		}
+		if h.ProducerID >= 0 && (h.ProducerEpoch < 0 || h.BaseSequence < 0) {
+			return rerr.New(runnelv1.ErrorCode_INVALID_RECORD, "%s-%d: batch of producer %d has epoch %d and base sequence %d; both must be >= 0", pp.Topic, pp.Partition, h.ProducerID, h.ProducerEpoch, h.BaseSequence)
 		}
 		if compacted {
 			return requireKeys(pp, t.Config.CleanupPolicy, bt, h.BaseOffset)
@@ -160,18 +169,49 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		return
 	}
 	st, _ := t.Partition(pp.Partition)
-	opts := plog.AppendOptions{Sync: acks == runnelv1.Acks_ACKS_ALL, LogAppendTime: -1, LeaderEpoch: st.LeaderEpoch,
+	opts := plog.AppendOptions{Sync: acksAll, LogAppendTime: -1, LeaderEpoch: st.LeaderEpoch,
 		SegmentBytes: t.Config.SegmentBytes, SegmentMs: t.Config.RollMs()}
 	if t.Config.LogAppendTime {
 		opts.LogAppendTime = now
 	}
-	p.AppendAsync(pp.Records, opts, func(res plog.AppendResult, err error) {
+	finish := func(res plog.AppendResult, err error) {
 		if err != nil {
 			done(res, opts.LogAppendTime, err)
 			return
 		}
 		b.afterAppend(t, pp.Partition, acksAll, res, deadline, func(err error) { done(res, opts.LogAppendTime, err) })
+	}
+	if first.ProducerID < 0 {
+		p.AppendAsync(pp.Records, opts, finish)
+		return
+	}
+	// Idempotent: check the sequence and enqueue under the partition's producer state lock, so batches
+	// are admitted in the order they are written.
+	ps, err := b.producerStateOf(t, pp.Partition, p, st.LeaderEpoch)
+	if err != nil {
+		done(plog.AppendResult{}, -1, storeErr(pp.Topic, pp.Partition, err))
+		return
+	}
+	ps.mu.Lock()
+	dup, added, err := ps.admit(pp.Topic, pp.Partition, first)
+	if err != nil || dup != nil {
+		ps.mu.Unlock()
+		if err != nil {
+			done(plog.AppendResult{}, -1, err)
+		} else {
+			b.answerDuplicate(t, pp.Partition, acksAll, dup, deadline, done)
+		}
+		return
+	}
+	p.AppendAsync(pp.Records, opts, func(res plog.AppendResult, err error) {
+		added.base, added.last, added.err = res.BaseOffset, res.LastOffset, err
+		close(added.done)
+		if err != nil {
+			ps.forget(first.ProducerID, added)
+		}
+		finish(res, err)
 	})
+	ps.mu.Unlock()
 }
 
 // requireKeys refuses a batch with a keyless record for a compacted topic, as Kafka does (INVALID_RECORD):

@@ -32,6 +32,8 @@ func Apply(m *Image, index uint64, cmd Command) (*Image, Result) {
 		res = next.alterTopicConfig(cmd)
 	case CmdAlterPartition:
 		res = next.alterPartition(cmd)
+	case CmdAllocateProducerIDs:
+		res = next.allocateProducerIDs(cmd)
 	default:
 		res.Err = rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "unknown metadata command %q", cmd.Type)
 	}
@@ -354,6 +356,15 @@ func (m *Image) alterPartition(cmd Command) Result {
 	np.PartitionEpoch++
 	m.Topics[t.Name] = nt
 	return Result{Topic: nt}
+}
+
+func (m *Image) allocateProducerIDs(cmd Command) Result {
+	if _, ok := m.Brokers[cmd.BrokerID]; !ok {
+		return Result{Err: rerr.New(runnelv1.ErrorCode_BROKER_ID_NOT_REGISTERED, "broker %d is not registered", cmd.BrokerID)}
+	}
+	m.ProducerIDBlocks[cmd.BrokerID] = m.NextProducerID
+	m.NextProducerID += ProducerIDBlockSize
+	return Result{}
 }
 
 func itoa(n int32) string {

@@ -27,6 +27,8 @@ const (
 	// CmdAlterPartition changes the ISR of Name/Partition as asked by its leader BrokerID, valid only at
 	// LeaderEpoch and PartitionEpoch (Kafka's AlterPartition, KIP-497).
 	CmdAlterPartition CommandType = "alter_partition"
+	// CmdAllocateProducerIDs gives broker BrokerID the next block of ProducerIDBlockSize producer ids.
+	CmdAllocateProducerIDs CommandType = "allocate_producer_ids"
 )
 
 // Command is one entry of the metadata log. Only the fields of its Type are set. Everything that is

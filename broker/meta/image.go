@@ -106,11 +106,19 @@ type Image struct {
 	Brokers      map[int32]*Broker `json:"brokers"`
 	Topics       map[string]*Topic `json:"topics"`
 	NextTopicNum uint64            `json:"next_topic_num"`
+	// NextProducerID is the first producer id not handed out yet; ProducerIDBlocks holds, per broker, the
+	// start of the latest block of ProducerIDBlockSize ids it was given (KIP-730: brokers hand out ids
+	// from blocks, so the controller is asked once per block, not per producer).
+	NextProducerID   int64           `json:"next_producer_id"`
+	ProducerIDBlocks map[int32]int64 `json:"producer_id_blocks,omitempty"`
 }
+
+// ProducerIDBlockSize is how many producer ids one AllocateProducerIDs gives a broker (Kafka's 1000).
+const ProducerIDBlockSize = 1000
 
 // Empty returns the image before the first command.
 func Empty() *Image {
-	return &Image{Brokers: map[int32]*Broker{}, Topics: map[string]*Topic{}, NextTopicNum: 1}
+	return &Image{Brokers: map[int32]*Broker{}, Topics: map[string]*Topic{}, NextTopicNum: 1, ProducerIDBlocks: map[int32]int64{}}
 }
 
 // Topic returns the topic called name.
@@ -177,6 +185,9 @@ func DecodeImage(data []byte) (*Image, error) {
 	if m.Topics == nil {
 		m.Topics = map[string]*Topic{}
 	}
+	if m.ProducerIDBlocks == nil {
+		m.ProducerIDBlocks = map[int32]int64{}
+	}
 	for name, t := range m.Topics {
 		cfg, err := topiccfg.Parse(t.Overrides)
 		if err != nil {
@@ -200,6 +211,10 @@ func (m *Image) copyMaps() *Image {
 	c.Topics = make(map[string]*Topic, len(m.Topics)+1)
 	for k, v := range m.Topics {
 		c.Topics[k] = v
+	}
+	c.ProducerIDBlocks = make(map[int32]int64, len(m.ProducerIDBlocks)+1)
+	for k, v := range m.ProducerIDBlocks {
+		c.ProducerIDBlocks[k] = v
 	}
 	return &c
 }

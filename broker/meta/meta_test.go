@@ -408,3 +408,23 @@ func TestInvariantsUnderRandomCommands(t *testing.T) {
 		}
 	})
 }
+
+func TestAllocateProducerIDs(t *testing.T) {
+	c := newCluster(t)
+	c.broker(1, "")
+	c.broker(2, "")
+	c.must(Command{Type: CmdAllocateProducerIDs, BrokerID: 1})
+	c.must(Command{Type: CmdAllocateProducerIDs, BrokerID: 2})
+	c.must(Command{Type: CmdAllocateProducerIDs, BrokerID: 1})
+	if c.img.ProducerIDBlocks[1] != 2*ProducerIDBlockSize || c.img.ProducerIDBlocks[2] != ProducerIDBlockSize || c.img.NextProducerID != 3*ProducerIDBlockSize {
+		t.Fatalf("blocks %v next %d", c.img.ProducerIDBlocks, c.img.NextProducerID)
+	}
+	if r := c.apply(Command{Type: CmdAllocateProducerIDs, BrokerID: 9}); !errors.Is(r.Err, rerr.ErrBrokerNotRegistered) {
+		t.Fatalf("unregistered broker: %v", r.Err)
+	}
+	snap, _ := c.img.Encode()
+	back, err := DecodeImage(snap)
+	if err != nil || back.NextProducerID != c.img.NextProducerID || back.ProducerIDBlocks[1] != c.img.ProducerIDBlocks[1] {
+		t.Fatalf("snapshot lost producer ids: %+v %v", back, err)
+	}
+}

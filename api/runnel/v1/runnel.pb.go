@@ -50,6 +50,10 @@ const (
 	ErrorCode_NOT_ENOUGH_REPLICAS              ErrorCode = 19
 	ErrorCode_NOT_ENOUGH_REPLICAS_AFTER_APPEND ErrorCode = 20
 	ErrorCode_INVALID_REQUIRED_ACKS            ErrorCode = 21
+	ErrorCode_OUT_OF_ORDER_SEQUENCE_NUMBER     ErrorCode = 45
+	ErrorCode_DUPLICATE_SEQUENCE_NUMBER        ErrorCode = 46
+	ErrorCode_INVALID_PRODUCER_EPOCH           ErrorCode = 47
+	ErrorCode_UNKNOWN_PRODUCER_ID              ErrorCode = 59
 	ErrorCode_INVALID_TIMESTAMP                ErrorCode = 32
 	ErrorCode_UNSUPPORTED_VERSION              ErrorCode = 35
 	ErrorCode_TOPIC_ALREADY_EXISTS             ErrorCode = 36
@@ -108,6 +112,10 @@ var (
 		19:  "NOT_ENOUGH_REPLICAS",
 		20:  "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
 		21:  "INVALID_REQUIRED_ACKS",
+		45:  "OUT_OF_ORDER_SEQUENCE_NUMBER",
+		46:  "DUPLICATE_SEQUENCE_NUMBER",
+		47:  "INVALID_PRODUCER_EPOCH",
+		59:  "UNKNOWN_PRODUCER_ID",
 		32:  "INVALID_TIMESTAMP",
 		35:  "UNSUPPORTED_VERSION",
 		36:  "TOPIC_ALREADY_EXISTS",
@@ -163,6 +171,10 @@ var (
 		"NOT_ENOUGH_REPLICAS":              19,
 		"NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20,
 		"INVALID_REQUIRED_ACKS":            21,
+		"OUT_OF_ORDER_SEQUENCE_NUMBER":     45,
+		"DUPLICATE_SEQUENCE_NUMBER":        46,
+		"INVALID_PRODUCER_EPOCH":           47,
+		"UNKNOWN_PRODUCER_ID":              59,
 		"INVALID_TIMESTAMP":                32,
 		"UNSUPPORTED_VERSION":              35,
 		"TOPIC_ALREADY_EXISTS":             36,
@@ -624,6 +636,103 @@ func (x *ProducePartition) GetCurrentLeaderEpoch() int32 {
 	return 0
 }
 
+type InitProducerIdRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// transactional_id is empty for an idempotent producer (transactions come later).
+	TransactionalId string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *InitProducerIdRequest) Reset() {
+	*x = InitProducerIdRequest{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducerIdRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducerIdRequest) ProtoMessage() {}
+
+func (x *InitProducerIdRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducerIdRequest.ProtoReflect.Descriptor instead.
+func (*InitProducerIdRequest) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *InitProducerIdRequest) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+type InitProducerIdResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32                  `protobuf:"varint,2,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InitProducerIdResponse) Reset() {
+	*x = InitProducerIdResponse{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InitProducerIdResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InitProducerIdResponse) ProtoMessage() {}
+
+func (x *InitProducerIdResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InitProducerIdResponse.ProtoReflect.Descriptor instead.
+func (*InitProducerIdResponse) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *InitProducerIdResponse) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *InitProducerIdResponse) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
 type ProduceResponse struct {
 	state         protoimpl.MessageState    `protogen:"open.v1"`
 	CorrelationId int64                     `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
@@ -634,7 +743,7 @@ type ProduceResponse struct {
 
 func (x *ProduceResponse) Reset() {
 	*x = ProduceResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[3]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +755,7 @@ func (x *ProduceResponse) String() string {
 func (*ProduceResponse) ProtoMessage() {}
 
 func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[3]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +768,7 @@ func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
 func (*ProduceResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{3}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ProduceResponse) GetCorrelationId() int64 {
@@ -693,7 +802,7 @@ type ProducePartitionResult struct {
 
 func (x *ProducePartitionResult) Reset() {
 	*x = ProducePartitionResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[4]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -705,7 +814,7 @@ func (x *ProducePartitionResult) String() string {
 func (*ProducePartitionResult) ProtoMessage() {}
 
 func (x *ProducePartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[4]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -718,7 +827,7 @@ func (x *ProducePartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProducePartitionResult.ProtoReflect.Descriptor instead.
 func (*ProducePartitionResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{4}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProducePartitionResult) GetTopic() string {
@@ -781,7 +890,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[5]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +902,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[5]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +915,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{5}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FetchRequest) GetMaxWaitMs() int32 {
@@ -861,7 +970,7 @@ type FetchPartition struct {
 
 func (x *FetchPartition) Reset() {
 	*x = FetchPartition{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[6]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +982,7 @@ func (x *FetchPartition) String() string {
 func (*FetchPartition) ProtoMessage() {}
 
 func (x *FetchPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[6]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +995,7 @@ func (x *FetchPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchPartition.ProtoReflect.Descriptor instead.
 func (*FetchPartition) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{6}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FetchPartition) GetTopic() string {
@@ -933,7 +1042,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[7]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -945,7 +1054,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[7]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -958,7 +1067,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{7}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FetchResponse) GetPartitions() []*FetchPartitionResult {
@@ -984,7 +1093,7 @@ type FetchPartitionResult struct {
 
 func (x *FetchPartitionResult) Reset() {
 	*x = FetchPartitionResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[8]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1105,7 @@ func (x *FetchPartitionResult) String() string {
 func (*FetchPartitionResult) ProtoMessage() {}
 
 func (x *FetchPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[8]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1118,7 @@ func (x *FetchPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchPartitionResult.ProtoReflect.Descriptor instead.
 func (*FetchPartitionResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{8}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FetchPartitionResult) GetTopic() string {
@@ -1071,7 +1180,7 @@ type ListOffsetsRequest struct {
 
 func (x *ListOffsetsRequest) Reset() {
 	*x = ListOffsetsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[9]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1192,7 @@ func (x *ListOffsetsRequest) String() string {
 func (*ListOffsetsRequest) ProtoMessage() {}
 
 func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[9]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1205,7 @@ func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ListOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{9}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListOffsetsRequest) GetPartitions() []*ListOffsetsPartition {
@@ -1126,7 +1235,7 @@ type ListOffsetsPartition struct {
 
 func (x *ListOffsetsPartition) Reset() {
 	*x = ListOffsetsPartition{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[10]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1247,7 @@ func (x *ListOffsetsPartition) String() string {
 func (*ListOffsetsPartition) ProtoMessage() {}
 
 func (x *ListOffsetsPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[10]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1260,7 @@ func (x *ListOffsetsPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsPartition.ProtoReflect.Descriptor instead.
 func (*ListOffsetsPartition) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{10}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListOffsetsPartition) GetTopic() string {
@@ -1191,7 +1300,7 @@ type ListOffsetsResponse struct {
 
 func (x *ListOffsetsResponse) Reset() {
 	*x = ListOffsetsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[11]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1312,7 @@ func (x *ListOffsetsResponse) String() string {
 func (*ListOffsetsResponse) ProtoMessage() {}
 
 func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[11]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1325,7 @@ func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ListOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{11}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListOffsetsResponse) GetPartitions() []*ListOffsetsPartitionResult {
@@ -1241,7 +1350,7 @@ type ListOffsetsPartitionResult struct {
 
 func (x *ListOffsetsPartitionResult) Reset() {
 	*x = ListOffsetsPartitionResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[12]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1362,7 @@ func (x *ListOffsetsPartitionResult) String() string {
 func (*ListOffsetsPartitionResult) ProtoMessage() {}
 
 func (x *ListOffsetsPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[12]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1375,7 @@ func (x *ListOffsetsPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsPartitionResult.ProtoReflect.Descriptor instead.
 func (*ListOffsetsPartitionResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{12}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListOffsetsPartitionResult) GetTopic() string {
@@ -1314,7 +1423,7 @@ type MetadataRequest struct {
 
 func (x *MetadataRequest) Reset() {
 	*x = MetadataRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[13]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1435,7 @@ func (x *MetadataRequest) String() string {
 func (*MetadataRequest) ProtoMessage() {}
 
 func (x *MetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[13]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1448,7 @@ func (x *MetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataRequest.ProtoReflect.Descriptor instead.
 func (*MetadataRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{13}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MetadataRequest) GetTopics() []string {
@@ -1361,7 +1470,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[14]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1482,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[14]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1495,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{14}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MetadataResponse) GetBrokers() []*Broker {
@@ -1429,7 +1538,7 @@ type Broker struct {
 
 func (x *Broker) Reset() {
 	*x = Broker{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[15]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1550,7 @@ func (x *Broker) String() string {
 func (*Broker) ProtoMessage() {}
 
 func (x *Broker) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[15]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1563,7 @@ func (x *Broker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Broker.ProtoReflect.Descriptor instead.
 func (*Broker) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{15}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Broker) GetNodeId() int32 {
@@ -1492,7 +1601,7 @@ type TopicMetadata struct {
 
 func (x *TopicMetadata) Reset() {
 	*x = TopicMetadata{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[16]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1613,7 @@ func (x *TopicMetadata) String() string {
 func (*TopicMetadata) ProtoMessage() {}
 
 func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[16]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1626,7 @@ func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicMetadata.ProtoReflect.Descriptor instead.
 func (*TopicMetadata) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{16}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TopicMetadata) GetName() string {
@@ -1569,7 +1678,7 @@ type PartitionMetadata struct {
 
 func (x *PartitionMetadata) Reset() {
 	*x = PartitionMetadata{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[17]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1690,7 @@ func (x *PartitionMetadata) String() string {
 func (*PartitionMetadata) ProtoMessage() {}
 
 func (x *PartitionMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[17]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1703,7 @@ func (x *PartitionMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMetadata.ProtoReflect.Descriptor instead.
 func (*PartitionMetadata) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{17}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PartitionMetadata) GetPartition() int32 {
@@ -1650,7 +1759,7 @@ type CreateTopicsRequest struct {
 
 func (x *CreateTopicsRequest) Reset() {
 	*x = CreateTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[18]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1771,7 @@ func (x *CreateTopicsRequest) String() string {
 func (*CreateTopicsRequest) ProtoMessage() {}
 
 func (x *CreateTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[18]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1784,7 @@ func (x *CreateTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicsRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{18}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateTopicsRequest) GetTopics() []*NewTopic {
@@ -1706,7 +1815,7 @@ type NewTopic struct {
 
 func (x *NewTopic) Reset() {
 	*x = NewTopic{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[19]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1827,7 @@ func (x *NewTopic) String() string {
 func (*NewTopic) ProtoMessage() {}
 
 func (x *NewTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[19]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1840,7 @@ func (x *NewTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewTopic.ProtoReflect.Descriptor instead.
 func (*NewTopic) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{19}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *NewTopic) GetName() string {
@@ -1771,7 +1880,7 @@ type CreateTopicsResponse struct {
 
 func (x *CreateTopicsResponse) Reset() {
 	*x = CreateTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1892,7 @@ func (x *CreateTopicsResponse) String() string {
 func (*CreateTopicsResponse) ProtoMessage() {}
 
 func (x *CreateTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1905,7 @@ func (x *CreateTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicsResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{20}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CreateTopicsResponse) GetTopics() []*TopicResult {
@@ -1817,7 +1926,7 @@ type TopicResult struct {
 
 func (x *TopicResult) Reset() {
 	*x = TopicResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1938,7 @@ func (x *TopicResult) String() string {
 func (*TopicResult) ProtoMessage() {}
 
 func (x *TopicResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1951,7 @@ func (x *TopicResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicResult.ProtoReflect.Descriptor instead.
 func (*TopicResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{21}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TopicResult) GetName() string {
@@ -1875,7 +1984,7 @@ type DeleteTopicsRequest struct {
 
 func (x *DeleteTopicsRequest) Reset() {
 	*x = DeleteTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1887,7 +1996,7 @@ func (x *DeleteTopicsRequest) String() string {
 func (*DeleteTopicsRequest) ProtoMessage() {}
 
 func (x *DeleteTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1900,7 +2009,7 @@ func (x *DeleteTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{22}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteTopicsRequest) GetTopics() []string {
@@ -1919,7 +2028,7 @@ type DeleteTopicsResponse struct {
 
 func (x *DeleteTopicsResponse) Reset() {
 	*x = DeleteTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2040,7 @@ func (x *DeleteTopicsResponse) String() string {
 func (*DeleteTopicsResponse) ProtoMessage() {}
 
 func (x *DeleteTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2053,7 @@ func (x *DeleteTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{23}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeleteTopicsResponse) GetTopics() []*TopicResult {
@@ -1963,7 +2072,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2084,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2097,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{24}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListTopicsRequest) GetIncludeInternal() bool {
@@ -2007,7 +2116,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2019,7 +2128,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2032,7 +2141,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{25}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicSummary {
@@ -2055,7 +2164,7 @@ type TopicSummary struct {
 
 func (x *TopicSummary) Reset() {
 	*x = TopicSummary{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2176,7 @@ func (x *TopicSummary) String() string {
 func (*TopicSummary) ProtoMessage() {}
 
 func (x *TopicSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2189,7 @@ func (x *TopicSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSummary.ProtoReflect.Descriptor instead.
 func (*TopicSummary) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{26}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TopicSummary) GetName() string {
@@ -2129,7 +2238,7 @@ type DescribeTopicsRequest struct {
 
 func (x *DescribeTopicsRequest) Reset() {
 	*x = DescribeTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2250,7 @@ func (x *DescribeTopicsRequest) String() string {
 func (*DescribeTopicsRequest) ProtoMessage() {}
 
 func (x *DescribeTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2263,7 @@ func (x *DescribeTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{27}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DescribeTopicsRequest) GetTopics() []string {
@@ -2180,7 +2289,7 @@ type DescribeTopicsResponse struct {
 
 func (x *DescribeTopicsResponse) Reset() {
 	*x = DescribeTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2301,7 @@ func (x *DescribeTopicsResponse) String() string {
 func (*DescribeTopicsResponse) ProtoMessage() {}
 
 func (x *DescribeTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2314,7 @@ func (x *DescribeTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{28}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DescribeTopicsResponse) GetTopics() []*TopicDescription {
@@ -2231,7 +2340,7 @@ type TopicDescription struct {
 
 func (x *TopicDescription) Reset() {
 	*x = TopicDescription{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2352,7 @@ func (x *TopicDescription) String() string {
 func (*TopicDescription) ProtoMessage() {}
 
 func (x *TopicDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2365,7 @@ func (x *TopicDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicDescription.ProtoReflect.Descriptor instead.
 func (*TopicDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{29}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TopicDescription) GetName() string {
@@ -2320,7 +2429,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2441,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2454,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{30}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -2390,7 +2499,7 @@ type PartitionDescription struct {
 
 func (x *PartitionDescription) Reset() {
 	*x = PartitionDescription{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2511,7 @@ func (x *PartitionDescription) String() string {
 func (*PartitionDescription) ProtoMessage() {}
 
 func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2524,7 @@ func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionDescription.ProtoReflect.Descriptor instead.
 func (*PartitionDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{31}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *PartitionDescription) GetPartition() int32 {
@@ -2513,7 +2622,7 @@ type PartitionStats struct {
 
 func (x *PartitionStats) Reset() {
 	*x = PartitionStats{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2525,7 +2634,7 @@ func (x *PartitionStats) String() string {
 func (*PartitionStats) ProtoMessage() {}
 
 func (x *PartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2538,7 +2647,7 @@ func (x *PartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStats.ProtoReflect.Descriptor instead.
 func (*PartitionStats) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *PartitionStats) GetLastMinute() *PartitionRate {
@@ -2602,7 +2711,7 @@ type PartitionRate struct {
 
 func (x *PartitionRate) Reset() {
 	*x = PartitionRate{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2614,7 +2723,7 @@ func (x *PartitionRate) String() string {
 func (*PartitionRate) ProtoMessage() {}
 
 func (x *PartitionRate) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2627,7 +2736,7 @@ func (x *PartitionRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRate.ProtoReflect.Descriptor instead.
 func (*PartitionRate) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *PartitionRate) GetBytesInPerSec() float64 {
@@ -2657,7 +2766,7 @@ type AlterTopicConfigsRequest struct {
 
 func (x *AlterTopicConfigsRequest) Reset() {
 	*x = AlterTopicConfigsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2778,7 @@ func (x *AlterTopicConfigsRequest) String() string {
 func (*AlterTopicConfigsRequest) ProtoMessage() {}
 
 func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2791,7 @@ func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *AlterTopicConfigsRequest) GetTopic() string {
@@ -2722,7 +2831,7 @@ type AlterTopicConfigsResponse struct {
 
 func (x *AlterTopicConfigsResponse) Reset() {
 	*x = AlterTopicConfigsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2843,7 @@ func (x *AlterTopicConfigsResponse) String() string {
 func (*AlterTopicConfigsResponse) ProtoMessage() {}
 
 func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2856,7 @@ func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AlterTopicConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -2785,7 +2894,13 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x11TraceContextEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x17\n" +
-	"\x15_current_leader_epoch\"{\n" +
+	"\x15_current_leader_epoch\"B\n" +
+	"\x15InitProducerIdRequest\x12)\n" +
+	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\"`\n" +
+	"\x16InitProducerIdResponse\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"{\n" +
 	"\x0fProduceResponse\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x03R\rcorrelationId\x12A\n" +
 	"\n" +
@@ -2962,8 +3077,7 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
 	"\x19AlterTopicConfigsResponse\x120\n" +
-	"\aconfigs\x18\x01 \x03(\v2\x16.runnel.v1.ConfigEntryR\aconfigs*\xfa\n" +
-	"\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x16.runnel.v1.ConfigEntryR\aconfigs*\xf0\v\n" +
 	"\tErrorCode\x12\b\n" +
 	"\x04NONE\x10\x00\x12\x17\n" +
 	"\x13OFFSET_OUT_OF_RANGE\x10\x01\x12\x13\n" +
@@ -2979,7 +3093,11 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x15RECORD_LIST_TOO_LARGE\x10\x12\x12\x17\n" +
 	"\x13NOT_ENOUGH_REPLICAS\x10\x13\x12$\n" +
 	" NOT_ENOUGH_REPLICAS_AFTER_APPEND\x10\x14\x12\x19\n" +
-	"\x15INVALID_REQUIRED_ACKS\x10\x15\x12\x15\n" +
+	"\x15INVALID_REQUIRED_ACKS\x10\x15\x12 \n" +
+	"\x1cOUT_OF_ORDER_SEQUENCE_NUMBER\x10-\x12\x1d\n" +
+	"\x19DUPLICATE_SEQUENCE_NUMBER\x10.\x12\x1a\n" +
+	"\x16INVALID_PRODUCER_EPOCH\x10/\x12\x17\n" +
+	"\x13UNKNOWN_PRODUCER_ID\x10;\x12\x15\n" +
 	"\x11INVALID_TIMESTAMP\x10 \x12\x17\n" +
 	"\x13UNSUPPORTED_VERSION\x10#\x12\x18\n" +
 	"\x14TOPIC_ALREADY_EXISTS\x10$\x12\x16\n" +
@@ -3032,13 +3150,14 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\n" +
 	"\x06LATEST\x10\x01\x12\f\n" +
 	"\bEARLIEST\x10\x02\x12\r\n" +
-	"\tTIMESTAMP\x10\x032\xe6\x02\n" +
+	"\tTIMESTAMP\x10\x032\xbd\x03\n" +
 	"\aRecords\x12@\n" +
 	"\aProduce\x12\x19.runnel.v1.ProduceRequest\x1a\x1a.runnel.v1.ProduceResponse\x12J\n" +
 	"\rProduceStream\x12\x19.runnel.v1.ProduceRequest\x1a\x1a.runnel.v1.ProduceResponse(\x010\x01\x12:\n" +
 	"\x05Fetch\x12\x17.runnel.v1.FetchRequest\x1a\x18.runnel.v1.FetchResponse\x12L\n" +
 	"\vListOffsets\x12\x1d.runnel.v1.ListOffsetsRequest\x1a\x1e.runnel.v1.ListOffsetsResponse\x12C\n" +
-	"\bMetadata\x12\x1a.runnel.v1.MetadataRequest\x1a\x1b.runnel.v1.MetadataResponse2\xab\x03\n" +
+	"\bMetadata\x12\x1a.runnel.v1.MetadataRequest\x1a\x1b.runnel.v1.MetadataResponse\x12U\n" +
+	"\x0eInitProducerId\x12 .runnel.v1.InitProducerIdRequest\x1a!.runnel.v1.InitProducerIdResponse2\xab\x03\n" +
 	"\x05Admin\x12O\n" +
 	"\fCreateTopics\x12\x1e.runnel.v1.CreateTopicsRequest\x1a\x1f.runnel.v1.CreateTopicsResponse\x12O\n" +
 	"\fDeleteTopics\x12\x1e.runnel.v1.DeleteTopicsRequest\x1a\x1f.runnel.v1.DeleteTopicsResponse\x12I\n" +
@@ -3060,7 +3179,7 @@ func file_runnel_v1_runnel_proto_rawDescGZIP() []byte {
 }
 
 var file_runnel_v1_runnel_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_runnel_v1_runnel_proto_goTypes = []any{
 	(ErrorCode)(0),                     // 0: runnel.v1.ErrorCode
 	(Acks)(0),                          // 1: runnel.v1.Acks
@@ -3069,101 +3188,105 @@ var file_runnel_v1_runnel_proto_goTypes = []any{
 	(*ErrorInfo)(nil),                  // 4: runnel.v1.ErrorInfo
 	(*ProduceRequest)(nil),             // 5: runnel.v1.ProduceRequest
 	(*ProducePartition)(nil),           // 6: runnel.v1.ProducePartition
-	(*ProduceResponse)(nil),            // 7: runnel.v1.ProduceResponse
-	(*ProducePartitionResult)(nil),     // 8: runnel.v1.ProducePartitionResult
-	(*FetchRequest)(nil),               // 9: runnel.v1.FetchRequest
-	(*FetchPartition)(nil),             // 10: runnel.v1.FetchPartition
-	(*FetchResponse)(nil),              // 11: runnel.v1.FetchResponse
-	(*FetchPartitionResult)(nil),       // 12: runnel.v1.FetchPartitionResult
-	(*ListOffsetsRequest)(nil),         // 13: runnel.v1.ListOffsetsRequest
-	(*ListOffsetsPartition)(nil),       // 14: runnel.v1.ListOffsetsPartition
-	(*ListOffsetsResponse)(nil),        // 15: runnel.v1.ListOffsetsResponse
-	(*ListOffsetsPartitionResult)(nil), // 16: runnel.v1.ListOffsetsPartitionResult
-	(*MetadataRequest)(nil),            // 17: runnel.v1.MetadataRequest
-	(*MetadataResponse)(nil),           // 18: runnel.v1.MetadataResponse
-	(*Broker)(nil),                     // 19: runnel.v1.Broker
-	(*TopicMetadata)(nil),              // 20: runnel.v1.TopicMetadata
-	(*PartitionMetadata)(nil),          // 21: runnel.v1.PartitionMetadata
-	(*CreateTopicsRequest)(nil),        // 22: runnel.v1.CreateTopicsRequest
-	(*NewTopic)(nil),                   // 23: runnel.v1.NewTopic
-	(*CreateTopicsResponse)(nil),       // 24: runnel.v1.CreateTopicsResponse
-	(*TopicResult)(nil),                // 25: runnel.v1.TopicResult
-	(*DeleteTopicsRequest)(nil),        // 26: runnel.v1.DeleteTopicsRequest
-	(*DeleteTopicsResponse)(nil),       // 27: runnel.v1.DeleteTopicsResponse
-	(*ListTopicsRequest)(nil),          // 28: runnel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),         // 29: runnel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),               // 30: runnel.v1.TopicSummary
-	(*DescribeTopicsRequest)(nil),      // 31: runnel.v1.DescribeTopicsRequest
-	(*DescribeTopicsResponse)(nil),     // 32: runnel.v1.DescribeTopicsResponse
-	(*TopicDescription)(nil),           // 33: runnel.v1.TopicDescription
-	(*ConfigEntry)(nil),                // 34: runnel.v1.ConfigEntry
-	(*PartitionDescription)(nil),       // 35: runnel.v1.PartitionDescription
-	(*PartitionStats)(nil),             // 36: runnel.v1.PartitionStats
-	(*PartitionRate)(nil),              // 37: runnel.v1.PartitionRate
-	(*AlterTopicConfigsRequest)(nil),   // 38: runnel.v1.AlterTopicConfigsRequest
-	(*AlterTopicConfigsResponse)(nil),  // 39: runnel.v1.AlterTopicConfigsResponse
-	nil,                                // 40: runnel.v1.ProducePartition.TraceContextEntry
-	nil,                                // 41: runnel.v1.NewTopic.ConfigsEntry
-	nil,                                // 42: runnel.v1.AlterTopicConfigsRequest.SetEntry
+	(*InitProducerIdRequest)(nil),      // 7: runnel.v1.InitProducerIdRequest
+	(*InitProducerIdResponse)(nil),     // 8: runnel.v1.InitProducerIdResponse
+	(*ProduceResponse)(nil),            // 9: runnel.v1.ProduceResponse
+	(*ProducePartitionResult)(nil),     // 10: runnel.v1.ProducePartitionResult
+	(*FetchRequest)(nil),               // 11: runnel.v1.FetchRequest
+	(*FetchPartition)(nil),             // 12: runnel.v1.FetchPartition
+	(*FetchResponse)(nil),              // 13: runnel.v1.FetchResponse
+	(*FetchPartitionResult)(nil),       // 14: runnel.v1.FetchPartitionResult
+	(*ListOffsetsRequest)(nil),         // 15: runnel.v1.ListOffsetsRequest
+	(*ListOffsetsPartition)(nil),       // 16: runnel.v1.ListOffsetsPartition
+	(*ListOffsetsResponse)(nil),        // 17: runnel.v1.ListOffsetsResponse
+	(*ListOffsetsPartitionResult)(nil), // 18: runnel.v1.ListOffsetsPartitionResult
+	(*MetadataRequest)(nil),            // 19: runnel.v1.MetadataRequest
+	(*MetadataResponse)(nil),           // 20: runnel.v1.MetadataResponse
+	(*Broker)(nil),                     // 21: runnel.v1.Broker
+	(*TopicMetadata)(nil),              // 22: runnel.v1.TopicMetadata
+	(*PartitionMetadata)(nil),          // 23: runnel.v1.PartitionMetadata
+	(*CreateTopicsRequest)(nil),        // 24: runnel.v1.CreateTopicsRequest
+	(*NewTopic)(nil),                   // 25: runnel.v1.NewTopic
+	(*CreateTopicsResponse)(nil),       // 26: runnel.v1.CreateTopicsResponse
+	(*TopicResult)(nil),                // 27: runnel.v1.TopicResult
+	(*DeleteTopicsRequest)(nil),        // 28: runnel.v1.DeleteTopicsRequest
+	(*DeleteTopicsResponse)(nil),       // 29: runnel.v1.DeleteTopicsResponse
+	(*ListTopicsRequest)(nil),          // 30: runnel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),         // 31: runnel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),               // 32: runnel.v1.TopicSummary
+	(*DescribeTopicsRequest)(nil),      // 33: runnel.v1.DescribeTopicsRequest
+	(*DescribeTopicsResponse)(nil),     // 34: runnel.v1.DescribeTopicsResponse
+	(*TopicDescription)(nil),           // 35: runnel.v1.TopicDescription
+	(*ConfigEntry)(nil),                // 36: runnel.v1.ConfigEntry
+	(*PartitionDescription)(nil),       // 37: runnel.v1.PartitionDescription
+	(*PartitionStats)(nil),             // 38: runnel.v1.PartitionStats
+	(*PartitionRate)(nil),              // 39: runnel.v1.PartitionRate
+	(*AlterTopicConfigsRequest)(nil),   // 40: runnel.v1.AlterTopicConfigsRequest
+	(*AlterTopicConfigsResponse)(nil),  // 41: runnel.v1.AlterTopicConfigsResponse
+	nil,                                // 42: runnel.v1.ProducePartition.TraceContextEntry
+	nil,                                // 43: runnel.v1.NewTopic.ConfigsEntry
+	nil,                                // 44: runnel.v1.AlterTopicConfigsRequest.SetEntry
 }
 var file_runnel_v1_runnel_proto_depIdxs = []int32{
 	0,  // 0: runnel.v1.ErrorInfo.code:type_name -> runnel.v1.ErrorCode
 	1,  // 1: runnel.v1.ProduceRequest.acks:type_name -> runnel.v1.Acks
 	6,  // 2: runnel.v1.ProduceRequest.partitions:type_name -> runnel.v1.ProducePartition
-	40, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
-	8,  // 4: runnel.v1.ProduceResponse.partitions:type_name -> runnel.v1.ProducePartitionResult
+	42, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
+	10, // 4: runnel.v1.ProduceResponse.partitions:type_name -> runnel.v1.ProducePartitionResult
 	4,  // 5: runnel.v1.ProducePartitionResult.error:type_name -> runnel.v1.ErrorInfo
 	2,  // 6: runnel.v1.FetchRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
-	10, // 7: runnel.v1.FetchRequest.partitions:type_name -> runnel.v1.FetchPartition
-	12, // 8: runnel.v1.FetchResponse.partitions:type_name -> runnel.v1.FetchPartitionResult
+	12, // 7: runnel.v1.FetchRequest.partitions:type_name -> runnel.v1.FetchPartition
+	14, // 8: runnel.v1.FetchResponse.partitions:type_name -> runnel.v1.FetchPartitionResult
 	4,  // 9: runnel.v1.FetchPartitionResult.error:type_name -> runnel.v1.ErrorInfo
-	14, // 10: runnel.v1.ListOffsetsRequest.partitions:type_name -> runnel.v1.ListOffsetsPartition
+	16, // 10: runnel.v1.ListOffsetsRequest.partitions:type_name -> runnel.v1.ListOffsetsPartition
 	2,  // 11: runnel.v1.ListOffsetsRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
 	3,  // 12: runnel.v1.ListOffsetsPartition.spec:type_name -> runnel.v1.OffsetSpec
-	16, // 13: runnel.v1.ListOffsetsResponse.partitions:type_name -> runnel.v1.ListOffsetsPartitionResult
+	18, // 13: runnel.v1.ListOffsetsResponse.partitions:type_name -> runnel.v1.ListOffsetsPartitionResult
 	4,  // 14: runnel.v1.ListOffsetsPartitionResult.error:type_name -> runnel.v1.ErrorInfo
-	19, // 15: runnel.v1.MetadataResponse.brokers:type_name -> runnel.v1.Broker
-	20, // 16: runnel.v1.MetadataResponse.topics:type_name -> runnel.v1.TopicMetadata
+	21, // 15: runnel.v1.MetadataResponse.brokers:type_name -> runnel.v1.Broker
+	22, // 16: runnel.v1.MetadataResponse.topics:type_name -> runnel.v1.TopicMetadata
 	4,  // 17: runnel.v1.TopicMetadata.error:type_name -> runnel.v1.ErrorInfo
-	21, // 18: runnel.v1.TopicMetadata.partitions:type_name -> runnel.v1.PartitionMetadata
+	23, // 18: runnel.v1.TopicMetadata.partitions:type_name -> runnel.v1.PartitionMetadata
 	4,  // 19: runnel.v1.PartitionMetadata.error:type_name -> runnel.v1.ErrorInfo
-	23, // 20: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
-	41, // 21: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
-	25, // 22: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	25, // 20: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
+	43, // 21: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
+	27, // 22: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
 	4,  // 23: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
-	25, // 24: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	30, // 25: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
-	33, // 26: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
+	27, // 24: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	32, // 25: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
+	35, // 26: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
 	4,  // 27: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
-	34, // 28: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
-	35, // 29: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
-	36, // 30: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
-	37, // 31: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
-	37, // 32: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
-	42, // 33: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
-	34, // 34: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
+	36, // 28: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
+	37, // 29: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
+	38, // 30: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
+	39, // 31: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
+	39, // 32: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
+	44, // 33: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
+	36, // 34: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
 	5,  // 35: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
 	5,  // 36: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
-	9,  // 37: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
-	13, // 38: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
-	17, // 39: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
-	22, // 40: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
-	26, // 41: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
-	28, // 42: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
-	31, // 43: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
-	38, // 44: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
-	7,  // 45: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
-	7,  // 46: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
-	11, // 47: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
-	15, // 48: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
-	18, // 49: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
-	24, // 50: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
-	27, // 51: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
-	29, // 52: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
-	32, // 53: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
-	39, // 54: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
-	45, // [45:55] is the sub-list for method output_type
-	35, // [35:45] is the sub-list for method input_type
+	11, // 37: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
+	15, // 38: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
+	19, // 39: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
+	7,  // 40: runnel.v1.Records.InitProducerId:input_type -> runnel.v1.InitProducerIdRequest
+	24, // 41: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
+	28, // 42: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
+	30, // 43: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
+	33, // 44: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
+	40, // 45: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
+	9,  // 46: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
+	9,  // 47: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
+	13, // 48: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
+	17, // 49: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
+	20, // 50: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
+	8,  // 51: runnel.v1.Records.InitProducerId:output_type -> runnel.v1.InitProducerIdResponse
+	26, // 52: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
+	29, // 53: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
+	31, // 54: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
+	34, // 55: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
+	41, // 56: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
+	46, // [46:57] is the sub-list for method output_type
+	35, // [35:46] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -3175,14 +3298,14 @@ func file_runnel_v1_runnel_proto_init() {
 		return
 	}
 	file_runnel_v1_runnel_proto_msgTypes[2].OneofWrappers = []any{}
-	file_runnel_v1_runnel_proto_msgTypes[6].OneofWrappers = []any{}
+	file_runnel_v1_runnel_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_runnel_proto_rawDesc), len(file_runnel_v1_runnel_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -29,11 +29,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Records_Produce_FullMethodName       = "/runnel.v1.Records/Produce"
-	Records_ProduceStream_FullMethodName = "/runnel.v1.Records/ProduceStream"
-	Records_Fetch_FullMethodName         = "/runnel.v1.Records/Fetch"
-	Records_ListOffsets_FullMethodName   = "/runnel.v1.Records/ListOffsets"
-	Records_Metadata_FullMethodName      = "/runnel.v1.Records/Metadata"
+	Records_Produce_FullMethodName        = "/runnel.v1.Records/Produce"
+	Records_ProduceStream_FullMethodName  = "/runnel.v1.Records/ProduceStream"
+	Records_Fetch_FullMethodName          = "/runnel.v1.Records/Fetch"
+	Records_ListOffsets_FullMethodName    = "/runnel.v1.Records/ListOffsets"
+	Records_Metadata_FullMethodName       = "/runnel.v1.Records/Metadata"
+	Records_InitProducerId_FullMethodName = "/runnel.v1.Records/InitProducerId"
 )
 
 // RecordsClient is the client API for Records service.
@@ -57,6 +58,10 @@ type RecordsClient interface {
 	ListOffsets(ctx context.Context, in *ListOffsetsRequest, opts ...grpc.CallOption) (*ListOffsetsResponse, error)
 	// Metadata describes brokers, topics and partitions.
 	Metadata(ctx context.Context, in *MetadataRequest, opts ...grpc.CallOption) (*MetadataResponse, error)
+	// InitProducerId gives an idempotent producer its producer id and epoch (KIP-98): batches it sends
+	// carry them and a sequence number per partition, so the leader drops a retried batch it already has
+	// and refuses one that would leave a gap (OUT_OF_ORDER_SEQUENCE_NUMBER).
+	InitProducerId(ctx context.Context, in *InitProducerIdRequest, opts ...grpc.CallOption) (*InitProducerIdResponse, error)
 }
 
 type recordsClient struct {
@@ -120,6 +125,16 @@ func (c *recordsClient) Metadata(ctx context.Context, in *MetadataRequest, opts 
 	return out, nil
 }
 
+func (c *recordsClient) InitProducerId(ctx context.Context, in *InitProducerIdRequest, opts ...grpc.CallOption) (*InitProducerIdResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InitProducerIdResponse)
+	err := c.cc.Invoke(ctx, Records_InitProducerId_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RecordsServer is the server API for Records service.
 // All implementations must embed UnimplementedRecordsServer
 // for forward compatibility.
@@ -141,6 +156,10 @@ type RecordsServer interface {
 	ListOffsets(context.Context, *ListOffsetsRequest) (*ListOffsetsResponse, error)
 	// Metadata describes brokers, topics and partitions.
 	Metadata(context.Context, *MetadataRequest) (*MetadataResponse, error)
+	// InitProducerId gives an idempotent producer its producer id and epoch (KIP-98): batches it sends
+	// carry them and a sequence number per partition, so the leader drops a retried batch it already has
+	// and refuses one that would leave a gap (OUT_OF_ORDER_SEQUENCE_NUMBER).
+	InitProducerId(context.Context, *InitProducerIdRequest) (*InitProducerIdResponse, error)
 	mustEmbedUnimplementedRecordsServer()
 }
 
@@ -165,6 +184,9 @@ func (UnimplementedRecordsServer) ListOffsets(context.Context, *ListOffsetsReque
 }
 func (UnimplementedRecordsServer) Metadata(context.Context, *MetadataRequest) (*MetadataResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Metadata not implemented")
+}
+func (UnimplementedRecordsServer) InitProducerId(context.Context, *InitProducerIdRequest) (*InitProducerIdResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InitProducerId not implemented")
 }
 func (UnimplementedRecordsServer) mustEmbedUnimplementedRecordsServer() {}
 func (UnimplementedRecordsServer) testEmbeddedByValue()                 {}
@@ -266,6 +288,24 @@ func _Records_Metadata_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Records_InitProducerId_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InitProducerIdRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RecordsServer).InitProducerId(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Records_InitProducerId_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RecordsServer).InitProducerId(ctx, req.(*InitProducerIdRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Records_ServiceDesc is the grpc.ServiceDesc for Records service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -288,6 +328,10 @@ var Records_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Metadata",
 			Handler:    _Records_Metadata_Handler,
+		},
+		{
+			MethodName: "InitProducerId",
+			Handler:    _Records_InitProducerId_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
