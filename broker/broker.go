@@ -129,6 +129,7 @@ func New(cfg Config, store *plog.Store, md Metadata, logger *slog.Logger) (*Brok
 	b := &Broker{cfg: cfg, store: store, md: md, log: logger, tel: cfg.Telemetry, parts: map[string]*topicLogs{}, stop: make(chan struct{}), draining: make(chan struct{}),
 		producerStates: map[plog.PartitionID]*producerState{}}
 	b.tel.ObserveStorage(b.storageStats)
+	b.tel.ObserveReplicas(b.replicaStats)
 	b.repl = newReplication(b)
 	if err := b.reconcile(md.Image()); err != nil {
 		return nil, err
@@ -139,6 +140,27 @@ func New(cfg Config, store *plog.Store, md Metadata, logger *slog.Logger) (*Brok
 	go b.retentionLoop()
 	b.startCompaction()
 	return b, nil
+}
+
+// replicaStats counts, from the metadata, the partitions led here, those with a short ISR, and on the
+// controller leader the partitions without a leader.
+func (b *Broker) replicaStats() telemetry.ReplicaStats {
+	var s telemetry.ReplicaStats
+	controller := b.md.ControllerID() == b.cfg.NodeID
+	for _, t := range b.md.Image().TopicList() {
+		for _, p := range t.Assignment {
+			if p.Leader == b.cfg.NodeID {
+				s.Leaders++
+				if len(p.ISR) < len(p.Replicas) {
+					s.UnderReplicated++
+				}
+			}
+			if controller && p.Leader == meta.NoLeader {
+				s.Offline++
+			}
+		}
+	}
+	return s
 }
 
 // Drain ends the open produce streams (their clients reconnect elsewhere), so a graceful stop of the

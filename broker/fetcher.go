@@ -273,7 +273,9 @@ func (f *fetcher) apply(ctx context.Context, r *replica, pr *runnelv1.ReplicaFet
 			return rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "replica fetch of %s-%d: %v", r.topic, r.partition, err)
 		}
 		if len(keep) > 0 {
-			if _, err := r.log.AppendReplica(ctx, keep, plog.AppendOptions{Sync: true, LogAppendTime: -1}); err != nil {
+			// AllowGaps: a compacted leader's log has gaps between batches (the cleaner never moves
+			// offsets); an overlap is still refused.
+			if _, err := r.log.AppendReplica(ctx, keep, plog.AppendOptions{Sync: true, LogAppendTime: -1, AllowGaps: true}); err != nil {
 				if errors.Is(err, plog.ErrOffsetMismatch) {
 					r.mu.Lock()
 					r.truncated = false

@@ -14,6 +14,9 @@
 //	s|topicNum(8)|partition(4)                               → logStartOffset(8) nextOffsetFloor(8) cleanerCheckpoint(8)
 //	g|topicNum(8)|partition(4)                               → activeSegmentBase(8) firstWriteMs(8)
 //	h|topicNum(8)|partition(4)|baseOffset(8)                 → deleteHorizonMs(8) of a cleaned batch with tombstones
+//	e|topicNum(8)|partition(4)|leaderEpoch(4)                → startOffset(8): the leader-epoch cache (KIP-101)
+//	w|topicNum(8)|partition(4)                               → highWatermark(8): the HW checkpoint of a replicated partition
+//	x|topicNum(8)|partition(4)                               → newStart(8) newEnd(8): a Truncate too big for one transaction, under way
 //
 // Keys under "m/" belong to the node's metadata, not to plog.
 //
@@ -28,10 +31,11 @@
 //     can hold a record at or after a timestamp. Time-based retention uses the same index and needs no
 //     batch reads.
 //   - The state key is written only by retention (when it moves the log start, so a log emptied by
-//     retention keeps its offsets across restarts) and by the cleaner (its checkpoint), both under the
-//     partition's maintenance lock. (Stores from before compaction have a 16-byte state; it is read.) Everything else (LEO, size, running max) is recovered from the
-//     keys when a partition is opened: the last batch's header gives the LEO, a key-only iteration the
-//     size (from Badger's value sizes, without reading the values).
+//     retention keeps its offsets across restarts), by the cleaner (its checkpoint) and by Truncate
+//     (the floor drops to the new end), all under the partition's maintenance lock. (Stores from
+//     before compaction have a 16-byte state; it is read.) Everything else (LEO, size, running max) is
+//     recovered from the keys when a partition is opened: the last batch's header gives the LEO, a
+//     key-only iteration the size (from Badger's value sizes, without reading the values).
 //   - Retention deletes whole oldest batches (their keys; Badger's deletes are tombstones in the LSM) and
 //     value-log GC later rewrites or drops value-log files that became mostly garbage. Deleting a
 //     partition drops its key ranges with DropPrefix.
@@ -107,11 +111,53 @@
 // log-append time are stamped by Append before queueing), and writes everything in one Badger
 // transaction. It then hands the group to a syncer goroutine that fsyncs once (db.Sync, plus any
 // value-log or WAL file Badger rotated since the last fsync) for everything written so far, while the
-// writer already writes the next group. With Options.Fsync the HW moves only after the fsync that covers
-// the data, so a consumer never sees a record that a crash could take back; acks=1 appends return once
-// written and acks=all ones after the fsync. Without Fsync the HW moves and all appends return once
-// written (a kill -9 loses nothing then either: Badger's files are memory-mapped, the page cache keeps the
-// data; a machine crash can lose the tail).
+// writer already writes the next group. With Options.Fsync the durable end (DurableEnd; unless the
+// partition is replicated, also the HW) moves only after the fsync that covers the data, so a consumer
+// never sees a record that a crash could take back; acks=1 appends return once written and acks=all
+// ones after the fsync. Without Fsync the durable end moves and all appends return once written (a
+// kill -9 loses nothing then either: Badger's files are memory-mapped, the page cache keeps the data;
+// a machine crash can lose the tail). The queue also carries a follower's AppendReplica, Truncate and
+// HW checkpoints, so everything done to one partition takes effect in the order it was asked for.
+//
+// # Replication
+//
+// Replication (Kafka's ISR model, in the broker) needs four things from the log; replica.go has them.
+//
+//   - Two ends. A leader must not let consumers read what the ISR does not have yet (a new leader may
+//     not have it, and the record would vanish), yet its followers must read exactly that to copy it.
+//     So a partition put in replicated mode (SetReplicated) keeps two offsets: DurableEnd, the local
+//     end that is written and fsynced (what the HW was before; the leader counts it as its own LEO and
+//     followers read up to it with ReadLocal), and the HW, which only the replication layer moves
+//     (SetHighWatermark: min LEO over the ISR on the leader, min(leader's HW, own LEO) on a follower)
+//     and which Read, OffsetForTimestamp, retention and the cleaner stop at. The HW never passes
+//     DurableEnd and moves forward only, except that Truncate clamps it. It is checkpointed in its own
+//     key (Kafka's replication-offset-checkpoint): by the writer shortly after each move, in the
+//     truncation's transaction, and on Close; a partition with a checkpoint reopens in replicated mode
+//     with the checkpoint clamped into [log start, LEO] (a checkpoint that lags only hides records
+//     until the leader moves the HW again; one above the log would show records that were never
+//     committed). Partitions never put in replicated mode behave as before: HW = DurableEnd.
+//   - Copies as they are. AppendReplica stores a leader's batches unchanged (offsets, leader epochs,
+//     timestamps, CRC), after batch.Validate, if they continue the log exactly (ErrOffsetMismatch
+//     otherwise; AppendOptions.AllowGaps lets through the gaps a compacted leader has), so a follower's
+//     log is byte-identical to the leader's and can serve as leader in turn.
+//   - The leader-epoch cache (KIP-101). For each leader epoch the offset of its first batch, stored in
+//     the batch's transaction when a batch's PartitionLeaderEpoch exceeds the latest entry, read back
+//     on open without touching a batch, pruned by retention below the log start (the entry covering it
+//     stays, moved up to it, as Kafka's truncateFromStart) and by Truncate above the new end.
+//     EndOffsetForEpoch answers OffsetsForLeaderEpoch from it: with it a follower finds where its log
+//     leaves the new leader's (KIP-101, and KIP-279's repeated exchange when it holds an epoch the
+//     leader never had), where truncating to the HW (Kafka before KIP-101) could lose acknowledged
+//     records or keep diverging ones.
+//   - Truncation. Truncate removes every batch from an offset on (rounded down to a batch's base), with
+//     its time-index entries, delete horizons, epoch entries, and its bytes in the active segment, in
+//     one Badger transaction with the lowered floor and HW checkpoint (a truncation too big for one
+//     writes a record first, and the next open finishes it). It runs on the writer goroutine between
+//     two groups, holding the partition's maintenance lock: appends queued before it are written
+//     first, appends queued after it land at the new end. It bumps a truncation generation, with which
+//     readers (who read their bounds before taking a Badger snapshot) notice a truncation in between,
+//     and the syncer drops the end offsets of groups written before it (the truncation's own fsync
+//     covers them). Below the log start or above the LEO it empties the log and restarts it at the
+//     offset (Kafka's truncateFullyAndStartAt).
 //
 // A failed Badger write or fsync stops all appends of the store (rerr.ErrStorage) until restart, as Kafka
 // takes a failed log directory offline: after a failed fsync the kernel may have dropped the dirty pages,

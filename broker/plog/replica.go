@@ -209,9 +209,10 @@ func (p *Partition) prepareReplica(batches []byte, opts AppendOptions) (*appendR
 //   - offset == LogEndOffset: nothing changes;
 //   - offset < LogStartOffset or > LogEndOffset: the whole log goes, and LogStartOffset = LEO = HW =
 //     offset, as Kafka's truncateFullyAndStartAt (for a follower whose log lies wholly below the
-//     leader's log start, or ahead of an unclean leader's log start); the leader-epoch cache is
-//     emptied. (Kafka's truncateTo ignores an offset above the LEO; here that is the way to restart a
-//     log at an offset, so compute truncation offsets as min(answer, LogEndOffset).)
+//     leader's log start, or whose own log start lies above the end the epoch exchange agreed on);
+//     the leader-epoch cache is emptied. (Kafka's truncateTo ignores an offset above the LEO; here
+//     that is the way to restart a log at an offset, so compute truncation offsets from the epoch
+//     exchange as min(answer, LogEndOffset).)
 //
 // The time-index entries, delete horizons and leader-epoch cache entries of the removed batches go
 // with them (the cache keeps entries with start offset < the new LEO), the active segment loses their

@@ -557,8 +557,8 @@ func TestTruncateConcurrent(t *testing.T) {
 					}
 				}()
 			}
-			for i := range 15 {
-				waitFor(t, 10*time.Second, "appends", func() bool { return p.LogEndOffset() > int64(20*(i+1)) })
+			for i := range 8 {
+				waitFor(t, 10*time.Second, "appends", func() bool { return p.LogEndOffset() > int64(16*(i+1)) })
 				end, err := p.Truncate(p.LogEndOffset() / 2)
 				if err != nil {
 					t.Fatal(err)

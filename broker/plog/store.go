@@ -131,8 +131,8 @@ func (s *Store) DB() *badger.DB { return s.db }
 
 // Close fails appends still queued with ErrClosed, waits for the group being written and fsyncs it,
 // stops the goroutines, writes the HW checkpoint of every partition in replicated mode, closes every
-// open partition (their Changed channels close, so long-polls wake
-// up) and closes Badger. Later calls return the first call's result.
+// open partition (their Changed channels close, so long-polls wake up) and closes Badger. Later calls
+// return the first call's result.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.qmu.Lock()
@@ -178,9 +178,10 @@ func (s *Store) acquire(what string) error {
 	return nil
 }
 
-// Partition opens the log of id, recovering its log start offset, LEO and size from Badger (HW = LEO),
-// or creates an empty one. Calling it again with the same id returns the same *Partition until
-// DeletePartition or Close. Errors: ErrClosed; rerr.ErrUnknownTopicOrPartition for a negative partition
+// Partition opens the log of id, recovering its log start offset, LEO, size and leader-epoch cache from
+// Badger (HW = DurableEnd = LEO; a partition with an HW checkpoint comes back in replicated mode with
+// that HW, clamped into [log start, LEO]), or creates an empty one. Calling it again with the same id
+// returns the same *Partition until DeletePartition or Close. Errors: ErrClosed; rerr.ErrUnknownTopicOrPartition for a negative partition
 // number; Badger read errors; rerr.ErrCorruptMessage when the last stored batch has a bad header.
 func (s *Store) Partition(id PartitionID) (*Partition, error) {
 	if err := s.acquire("open partition " + id.String()); err != nil {
@@ -204,11 +205,11 @@ func (s *Store) Partition(id PartitionID) (*Partition, error) {
 }
 
 // DeletePartition removes every batch, time-index entry, delete horizon and leader-epoch entry, the
-// segment key, the HW checkpoint and the state of the partition with Badger's DropPrefix (which drops whole tables instead of writing a
-// tombstone per key, and blocks all writes to the DB while it runs), and closes its *Partition:
-// Changed() channels close, later calls return ErrPartitionDeleted, and so do appends still queued.
-// Deleting a partition that has no data is not an error. A later Store.Partition(id) starts an empty
-// log at offset 0.
+// segment key, the HW checkpoint and the state of the partition with Badger's DropPrefix (which drops
+// whole tables instead of writing a tombstone per key, and blocks all writes to the DB while it runs),
+// and closes its *Partition: Changed() channels close, later calls return ErrPartitionDeleted, and so
+// do appends still queued. Deleting a partition that has no data is not an error. A later
+// Store.Partition(id) starts an empty log at offset 0.
 func (s *Store) DeletePartition(id PartitionID) error {
 	if err := s.acquire("delete partition " + id.String()); err != nil {
 		return err

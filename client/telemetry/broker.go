@@ -45,6 +45,7 @@ type Broker struct {
 
 	bytesIn, recordsIn, bytesOut, recordsOut metric.Int64ObservableCounter
 	lag, members, lsmSize, vlogSize          metric.Int64ObservableGauge
+	leaders, underReplicated, offline        metric.Int64ObservableGauge
 	gcRuns                                   metric.Int64ObservableCounter
 	gcOpts                                   [3]metric.ObserveOption // rewritten, nothing, error
 	reg                                      metric.Registration
@@ -54,6 +55,7 @@ type Broker struct {
 
 	groupSrc   atomic.Pointer[func(GroupObserver)]
 	storageSrc atomic.Pointer[func() StorageStats]
+	replicaSrc atomic.Pointer[func() ReplicaStats]
 }
 
 // partKey names one topic-partition.
@@ -116,6 +118,14 @@ func NewBroker(opts ...Option) (*Broker, error) {
 	add(err)
 	b.members, err = m.Int64ObservableGauge(MetricGroupMembers, metric.WithUnit("{member}"), metric.WithDescription("Members of the consumer group."))
 	add(err)
+	b.leaders, err = m.Int64ObservableGauge(MetricLeaderPartitions, metric.WithUnit("{partition}"), metric.WithDescription("Partitions this broker leads."))
+	add(err)
+	b.underReplicated, err = m.Int64ObservableGauge(MetricUnderReplicated, metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions this broker leads whose ISR is shorter than their replica list."))
+	add(err)
+	b.offline, err = m.Int64ObservableGauge(MetricOfflinePartitions, metric.WithUnit("{partition}"),
+		metric.WithDescription("Partitions without a leader, reported by the controller leader only (0 elsewhere)."))
+	add(err)
 	b.lsmSize, err = m.Int64ObservableGauge(MetricLSMSize, metric.WithUnit("By"), metric.WithDescription("Size of Badger's LSM tree files (.sst)."))
 	add(err)
 	b.vlogSize, err = m.Int64ObservableGauge(MetricVlogSize, metric.WithUnit("By"), metric.WithDescription("Size of Badger's value-log files (.vlog)."))
@@ -135,7 +145,7 @@ func NewBroker(opts ...Option) (*Broker, error) {
 		b.gcOpts[i] = metric.WithAttributeSet(attribute.NewSet(AttrGCResult.String(r)))
 	}
 	b.reg, err = m.RegisterCallback(b.observe, b.bytesIn, b.recordsIn, b.bytesOut, b.recordsOut, b.lag, b.members,
-		b.lsmSize, b.vlogSize, b.gcRuns)
+		b.lsmSize, b.vlogSize, b.gcRuns, b.leaders, b.underReplicated, b.offline)
 	if err != nil {
 		return nil, err
 	}
@@ -388,6 +398,27 @@ func (b *Broker) ObserveStorage(fn func() StorageStats) {
 	b.storageSrc.Store(&fn)
 }
 
+// ReplicaStats are the partition-health numbers observed at metric collection.
+type ReplicaStats struct {
+	// Leaders counts the partitions this broker leads; UnderReplicated those of them whose ISR is
+	// shorter than their replica list (Kafka's UnderReplicatedPartitions). Offline counts partitions
+	// without a leader, on the controller leader (Kafka's OfflinePartitionsCount), else 0.
+	Leaders, UnderReplicated, Offline int64
+}
+
+// ObserveReplicas sets the function that reports partition health at each metric collection; nil
+// stops the reports.
+func (b *Broker) ObserveReplicas(fn func() ReplicaStats) {
+	if b == nil {
+		return
+	}
+	if fn == nil {
+		b.replicaSrc.Store(nil)
+		return
+	}
+	b.replicaSrc.Store(&fn)
+}
+
 // observe is the one callback of the observable instruments.
 func (b *Broker) observe(_ context.Context, o metric.Observer) error {
 	b.parts.Range(func(_, v any) bool {
@@ -405,6 +436,12 @@ func (b *Broker) observe(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(b.gcRuns, s.GCRewritten, b.gcOpts[0])
 		o.ObserveInt64(b.gcRuns, s.GCNothing, b.gcOpts[1])
 		o.ObserveInt64(b.gcRuns, s.GCErrors, b.gcOpts[2])
+	}
+	if fn := b.replicaSrc.Load(); fn != nil {
+		s := (*fn)()
+		o.ObserveInt64(b.leaders, s.Leaders)
+		o.ObserveInt64(b.underReplicated, s.UnderReplicated)
+		o.ObserveInt64(b.offline, s.Offline)
 	}
 	if fn := b.groupSrc.Load(); fn != nil {
 		start := time.Now()

@@ -72,7 +72,14 @@ const (
 	// AttrPartition (Kafka's IsrShrinksPerSec and IsrExpandsPerSec). Counter, unit {change}.
 	// Prometheus: runnel_partition_isr_shrinks_total, runnel_partition_isr_expands_total.
 	MetricISRShrinks = "runnel.partition.isr.shrinks"
-	MetricISRExpands = "runnel.partition.isr.expands"
+	// MetricLeaderPartitions, MetricUnderReplicated and MetricOfflinePartitions are partition health:
+	// partitions led here, those of them with a short ISR, and (on the controller leader) partitions
+	// without a leader. Gauges, unit {partition}. Prometheus: runnel_partitions_leader,
+	// runnel_partitions_under_replicated, runnel_partitions_offline.
+	MetricLeaderPartitions  = "runnel.partitions.leader"
+	MetricUnderReplicated   = "runnel.partitions.under_replicated"
+	MetricOfflinePartitions = "runnel.partitions.offline"
+	MetricISRExpands        = "runnel.partition.isr.expands"
 )
 
 // Attribute keys of the metrics above and of the spans. They are the OpenTelemetry messaging semantic
