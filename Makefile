@@ -5,7 +5,7 @@ BIN := bin/runnel
 DATA ?= ../shared/data
 export PATH := $(HOME)/go/bin:$(PATH)
 
-.PHONY: help build run test test-long test-short bench bench-compare bench-profile demo proto lint fuzz clean deps
+.PHONY: help build run test test-long test-short bench bench-cluster bench-compare bench-profile demo proto lint fuzz clean deps
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ test-long: ## the 3-million-record consumer-group no-skips run with member crash
 FUZZTIME ?= 60s
 fuzz: ## fuzz every decoder of untrusted bytes (every FuzzXxx target) for FUZZTIME each
 	./scripts/fuzz.sh $(FUZZTIME)
+
+bench-cluster: build ## a 3-node cluster on this machine: acks=all produce with replication factor 3 (docs/performance.md)
+	./scripts/bench-cluster.sh
 
 bench: build ## produce and consume benchmarks against a fresh local node (see docs/performance.md)
 	./scripts/bench.sh

@@ -105,6 +105,11 @@ func (b *Broker) readOnce(req *runnelv1.FetchRequest, maxBytes int) (*runnelv1.F
 		if limit <= 0 {
 			limit = 1 // still return one batch: KIP-74
 		}
+		if fp.FetchOffset > r.HighWatermark && fp.FetchOffset <= p.LogEndOffset() {
+			// Past the HW but within the log (a new leader whose HW still trails the old one's): nothing
+			// to read yet, not out of range, as Kafka answers.
+			continue
+		}
 		recs, err := readPartition(p, fp.FetchOffset, limit, total == 0)
 		if err != nil {
 			r.Error, anyErr = rerr.ToInfo(storeErr(fp.Topic, fp.Partition, err)), true

@@ -48,11 +48,12 @@ func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) 
 	self := rm.b.cfg.NodeID
 	now := time.Now()
 	seen := map[plog.PartitionID]bool{}
-	var fail []hwWaiter
+	var fail, ready []hwWaiter // appends that lost their leader; appends the HW now covers
 	rm.mu.Lock()
 	defer func() {
 		rm.mu.Unlock()
 		fire(fail, rerr.New(runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER, "leadership moved while the write waited for the ISR"))
+		fire(ready, nil)
 	}()
 	for _, t := range img.TopicList() {
 		for i, st := range t.Assignment {
@@ -90,7 +91,7 @@ func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) 
 					rm.b.log.Debug("partition leader", "topic", t.Name, "partition", i, "leader_epoch", st.LeaderEpoch)
 				}
 				r.isrChange = false
-				fail = append(fail, r.advanceLocked()...) // an ISR that shrank may let the HW move
+				ready = append(ready, r.advanceLocked()...) // an ISR that shrank may let the HW move
 			default:
 				if r.leader {
 					fail = append(fail, r.stepDownLocked()...)

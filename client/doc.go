@@ -35,6 +35,12 @@
 // offset starts at the latest offset by default (Kafka's auto.offset.reset=latest); set
 // WithAutoOffsetReset(OffsetEarliest()) to read a new group's topics from the start.
 //
+// The Producer is idempotent by default (KIP-98, WithIdempotence): it takes a producer id from the
+// cluster and numbers each partition's batches, so a batch it retries after a timeout, a broken stream
+// or a leader change is stored once, and a partition's records are stored in the order they were
+// produced. It needs acks=all (the default); a new Producer has a new id, so records sent again after
+// a restart are new records.
+//
 // Options are functional (With...), each documented with its default and the Kafka property it
 // mirrors; the constructors validate them once. Shared options (WithClientID, WithRequestTimeout,
 // WithRetryBackoff, WithMetadataMaxAge, WithLogger, WithDialOptions) fit every client; consumer

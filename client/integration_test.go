@@ -682,6 +682,13 @@ type proxy struct {
 
 	// filter decides, per partition of a produce request, to forward it (nil) or answer with an error.
 	filter func(pp *runnelv1.ProducePartition) *runnelv1.ErrorInfo
+	// lose decides, per forwarded partition, to replace the broker's answer with an error (nil: keep
+	// it): the batch is written but the producer is told otherwise, as when an answer is lost.
+	lose func(pp *runnelv1.ProducePartition) *runnelv1.ErrorInfo
+	// observe sees each answer of the broker (before lose replaces it).
+	observe func(res *runnelv1.ProducePartitionResult)
+	// noInitProducerID answers InitProducerId as a broker without idempotence does (Unimplemented).
+	noInitProducerID bool
 	// hold, while open, keeps answers back.
 	holdMu sync.Mutex
 	hold   chan struct{}
@@ -715,6 +722,12 @@ func (px *proxy) holdAnswers() {
 	px.holdMu.Lock()
 	px.hold = make(chan struct{})
 	px.holdMu.Unlock()
+}
+
+func (px *proxy) holding() bool {
+	px.holdMu.Lock()
+	defer px.holdMu.Unlock()
+	return px.hold != nil
 }
 
 func (px *proxy) release() {
@@ -760,14 +773,23 @@ func (px *proxy) CreateTopics(ctx context.Context, req *runnelv1.CreateTopicsReq
 	return px.admin.CreateTopics(ctx, req)
 }
 
+func (px *proxy) InitProducerId(ctx context.Context, req *runnelv1.InitProducerIdRequest) (*runnelv1.InitProducerIdResponse, error) {
+	if px.noInitProducerID {
+		return px.UnimplementedRecordsServer.InitProducerId(ctx, req)
+	}
+	return px.up.InitProducerId(ctx, req)
+}
+
 func (px *proxy) ProduceStream(st grpc.BidiStreamingServer[runnelv1.ProduceRequest, runnelv1.ProduceResponse]) error {
 	up, err := px.up.ProduceStream(st.Context())
 	if err != nil {
 		return err
 	}
 	var (
+		held     sync.WaitGroup // answers sent from aside
 		mu       sync.Mutex
 		injected = map[int64][]*runnelv1.ProducePartitionResult{}
+		lost     = map[int64]map[string]*runnelv1.ErrorInfo{} // correlation id → topic/partition → error
 		sendMu   sync.Mutex
 	)
 	send := func(resp *runnelv1.ProduceResponse) error {
@@ -785,6 +807,15 @@ func (px *proxy) ProduceStream(st grpc.BidiStreamingServer[runnelv1.ProduceReque
 				return
 			}
 			mu.Lock()
+			for _, r := range resp.Partitions {
+				if px.observe != nil {
+					px.observe(r)
+				}
+				if info := lost[resp.CorrelationId][fmt.Sprintf("%s/%d", r.Topic, r.Partition)]; info != nil {
+					r.Error, r.BaseOffset = info, -1
+				}
+			}
+			delete(lost, resp.CorrelationId)
 			resp.Partitions = append(resp.Partitions, injected[resp.CorrelationId]...)
 			delete(injected, resp.CorrelationId)
 			mu.Unlock()
@@ -793,7 +824,7 @@ func (px *proxy) ProduceStream(st grpc.BidiStreamingServer[runnelv1.ProduceReque
 			}
 		}
 	}()
-	defer func() { <-done }()
+	defer func() { <-done; held.Wait() }()
 	for {
 		req, err := st.Recv()
 		if err != nil {
@@ -812,10 +843,30 @@ func (px *proxy) ProduceStream(st grpc.BidiStreamingServer[runnelv1.ProduceReque
 					continue
 				}
 			}
+			if px.lose != nil {
+				if info := px.lose(pp); info != nil {
+					mu.Lock()
+					if lost[req.CorrelationId] == nil {
+						lost[req.CorrelationId] = map[string]*runnelv1.ErrorInfo{}
+					}
+					lost[req.CorrelationId][fmt.Sprintf("%s/%d", pp.Topic, pp.Partition)] = info
+					mu.Unlock()
+				}
+			}
 			fwd.Partitions = append(fwd.Partitions, pp)
 		}
 		if len(fwd.Partitions) == 0 {
-			if err := send(&runnelv1.ProduceResponse{CorrelationId: req.CorrelationId, Partitions: inj}); err != nil {
+			resp := &runnelv1.ProduceResponse{CorrelationId: req.CorrelationId, Partitions: inj}
+			if px.holding() {
+				// Answer from aside, so that held answers do not stop the proxy reading requests.
+				held.Add(1)
+				go func() {
+					defer held.Done()
+					send(resp)
+				}()
+				continue
+			}
+			if err := send(resp); err != nil {
 				return err
 			}
 			continue

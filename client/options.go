@@ -187,6 +187,8 @@ type producerConfig struct {
 	partitioner     Partitioner
 	deliveryTimeout time.Duration
 	maxInFlight     int
+	idempotence     bool
+	idempotenceSet  bool // WithIdempotence was given: a conflict with acks is an error, not a silent switch-off
 }
 
 func defaultProducerConfig() producerConfig {
@@ -200,8 +202,14 @@ func defaultProducerConfig() producerConfig {
 		compression:     batch.CompressionNone,
 		deliveryTimeout: 2 * time.Minute,
 		maxInFlight:     5,
+		idempotence:     true,
 	}
 }
+
+// maxIdempotentInFlight is how many batches of one partition an idempotent producer has in flight at
+// most: the leader remembers the last 5 batches of each producer id and partition, so a retried batch
+// is always recognised as a duplicate (Kafka's max.in.flight.requests.per.connection <= 5 rule).
+const maxIdempotentInFlight = 5
 
 // maxMessageBytes is the gRPC message cap the client sets both ways: above the node's 68 MiB so that
 // the node, which knows its own limit, is the one to refuse.
@@ -241,7 +249,19 @@ func (c *producerConfig) validate() error {
 	if c.maxInFlight < 1 {
 		errs = append(errs, fmt.Errorf("WithMaxInFlight(%d): must be at least 1", c.maxInFlight))
 	}
+	if c.idempotence && c.acks != AcksAll {
+		errs = append(errs, fmt.Errorf("WithIdempotence(true): needs WithAcks(AcksAll), not acks=%v (Kafka: enable.idempotence=true requires acks=all)", c.acks))
+	}
 	return errors.Join(errs...)
+}
+
+// resolve settles the options that depend on each other, before validate. As in Kafka 3.x, acks other
+// than all turn idempotence off unless WithIdempotence(true) asked for it explicitly, which validate
+// then refuses.
+func (c *producerConfig) resolve() {
+	if !c.idempotenceSet && c.acks != AcksAll {
+		c.idempotence = false
+	}
 }
 
 type producerOpt func(*producerConfig)
@@ -249,6 +269,9 @@ type producerOpt func(*producerConfig)
 func (o producerOpt) applyProducer(c *producerConfig) { o(c) }
 
 // WithAcks sets when the broker acknowledges a produce request. Default AcksAll. Kafka: acks.
+//
+// Idempotence needs AcksAll: AcksLeader or AcksNone switch it off unless WithIdempotence(true) is given
+// too, in which case NewProducer fails (Kafka 3.x does the same).
 func WithAcks(a Acks) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.acks = a })
 }
@@ -307,12 +330,59 @@ func WithDeliveryTimeout(d time.Duration) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.deliveryTimeout = d })
 }
 
-// WithMaxInFlight caps the produce requests awaiting an answer on one broker's stream. The stream
-// appends requests in send order, so pipelining keeps each partition's order; after a retriable error a
-// partition is re-sent only once its in-flight requests are answered. At least 1; default 5. Kafka:
-// max.in.flight.requests.per.connection.
+// WithMaxInFlight caps the produce requests awaiting an answer on one broker's stream. A request
+// carries at most one batch per partition, so this also caps each partition's batches in flight. The
+// stream appends requests in send order, so pipelining keeps each partition's order; after a retriable
+// error a partition is re-sent only once its in-flight requests are answered. At least 1; default 5.
+// Kafka: max.in.flight.requests.per.connection.
+//
+// An idempotent producer keeps at most 5 batches of any one partition in flight whatever n is, since
+// the broker remembers the last 5 batches per producer and partition to recognise a retried one. Kafka
+// has the same bound (it refuses, or with idempotence left implicit switches idempotence off for, a
+// max.in.flight.requests.per.connection over 5); here a larger n still pipelines more requests over
+// the stream, for other partitions.
 func WithMaxInFlight(n int) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.maxInFlight = n })
+}
+
+// WithIdempotence turns the idempotent producer (KIP-98) on or off. Default true. Kafka:
+// enable.idempotence.
+//
+// An idempotent producer asks the cluster for a producer id (InitProducerId) before its first batch is
+// sent, and numbers each partition's records with a sequence carried in every batch. The partition's
+// leader remembers the last 5 batches of each producer id and partition: a retried batch it already
+// stored (its answer was lost, or came too late) is acknowledged with its original offsets rather than
+// written again, and a batch that would leave a gap in the sequence is refused. So retries after
+// timeouts, broken streams or leader changes never write a record twice, and the records of a partition
+// are stored in the order they were produced. A Producer has at most 5 batches of any one partition in
+// flight (see WithMaxInFlight).
+//
+// What it does not cover: each Producer gets a new producer id, so records that an application sends
+// again after a restart (or through another Producer) are new records; use transactions or idempotent
+// consumers for end-to-end exactly-once.
+//
+// Errors. A retriable error is retried as without idempotence: the same batch (same bytes, same
+// sequence), in order, within the delivery timeout. OUT_OF_ORDER_SEQUENCE_NUMBER (the leader misses an
+// earlier batch), INVALID_PRODUCER_EPOCH (a newer epoch of the producer id exists) and
+// UNKNOWN_PRODUCER_ID (the leader no longer knows the producer id) are not retriable: they fail the
+// batch, and every later batch of the partition already numbered under the same producer id (in flight
+// or queued; their sequences are out of order now too) fails with "... after an earlier batch failed:"
+// and the first error wrapped (errors.Is matches it). So does any other final failure of a numbered
+// batch, a non-retriable error or its delivery timeout, since it too leaves a gap. This mirrors Kafka,
+// where these errors are fatal for the idempotent producer's batches of the partition; as Kafka's
+// producer then resets its producer id, the Producer takes a new one and the partition's next batches
+// start again at sequence 0 under it (ProducerID changes). Two exceptions, also Kafka's: an
+// OUT_OF_ORDER_SEQUENCE_NUMBER answer while an earlier batch of the partition is unresolved (in flight
+// or to be retried) is retried after it, and DUPLICATE_SEQUENCE_NUMBER counts as written (with Offset
+// -1, the leader not saying where).
+//
+// Idempotence needs acks=all: with WithAcks(AcksLeader) or WithAcks(AcksNone) it is switched off unless
+// WithIdempotence(true) is given explicitly, which NewProducer refuses (as Kafka 3.x). A cluster that
+// does not implement InitProducerId (codes.Unimplemented) gets a non-idempotent producer when
+// idempotence is left at its default (a warning is logged), and records that fail with
+// UNSUPPORTED_VERSION when WithIdempotence(true) was given.
+func WithIdempotence(enabled bool) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.idempotence, c.idempotenceSet = enabled, true })
 }
 
 // Consumer options.
@@ -400,6 +470,7 @@ func newProducerConfig(opts []ProducerOption) (producerConfig, error) {
 		}
 		o.applyProducer(&cfg)
 	}
+	cfg.resolve()
 	if err := cfg.validate(); err != nil {
 		return cfg, fmt.Errorf("client: invalid producer options: %w", err)
 	}

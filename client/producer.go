@@ -29,6 +29,17 @@ import (
 // queue and are re-sent after a backoff, until the delivery timeout. Promises of a partition run in the
 // order its records were produced, on the goroutine reading answers: they must be quick and must not
 // call Flush or Close, nor wait for other promises.
+//
+// Idempotence (KIP-98, on by default, WithIdempotence): the producer gets a producer id and epoch from
+// InitProducerId (one goroutine, started when a batch is first waiting for it; nothing is built or sent
+// meanwhile) and numbers each partition's batches with base sequences when they are built, which is when
+// they are sealed or, for batches sealed while the id was pending, once it is known, in order. The
+// sequence counts records from 0 per producer id and partition, wrapping after MaxInt32. A retried batch
+// is re-sent with the bytes it was built with, so with the same sequence, and the leader drops it if it
+// already has it. A partition has at most 5 batches in flight, all under one producer id. A batch that
+// fails for good after it was numbered leaves a gap the leader would refuse every later batch for: it
+// and the partition's later batches under that id fail, and the producer takes a new id (resetIdent),
+// under which sequences start again at 0.
 type Producer struct {
 	cfg    producerConfig
 	cl     *cluster
@@ -49,6 +60,15 @@ type Producer struct {
 
 	sinksMu sync.Mutex
 	sinks   map[int32]*sink
+
+	// ident is the producer id and epoch batches are built with: nil while InitProducerId is pending
+	// (nothing is built or sent then), noIdentity when the producer is not idempotent.
+	ident         atomic.Pointer[producerIdentity]
+	identMu       sync.Mutex
+	identBusy     bool      // an InitProducerId goroutine is running
+	identErr      error     // why the last InitProducerId failed (nil once one succeeded)
+	identRetry    time.Time // no new InitProducerId before this, after a failure
+	identFailures int       // consecutive failed InitProducerId rounds, for the backoff
 
 	batches sync.Pool // *pbatch
 	corr    atomic.Int64
@@ -101,6 +121,31 @@ type ppart struct {
 	nextSeq  uint64    // sequence of the next batch created
 	nextDone uint64    // sequence of the next batch whose promises may run
 	held     []*pbatch // finished batches waiting for an earlier one, by sequence
+
+	// Idempotence. Batch sequences (KIP-98 base sequences, not the seq above) count records per
+	// producer identity, from 0.
+	seqIdent     *producerIdentity // the identity nextSequence counts for
+	nextSequence int32             // base sequence of the next batch built under seqIdent
+	sentIdent    *producerIdentity // identity of the batches in flight, when inflight > 0
+	breaks       []seqBreak        // numbered batches that failed for good; later ones of their identity fail too
+}
+
+// producerIdentity is a producer id and epoch from InitProducerId. Every answer gets its own value, so
+// identities compare by pointer.
+type producerIdentity struct {
+	id    int64
+	epoch int16
+}
+
+// noIdentity is the identity of a producer without idempotence: batches carry producer id -1.
+var noIdentity = &producerIdentity{id: -1, epoch: -1}
+
+// seqBreak records that the batch with seq `after` of identity ident failed for good: the leader will
+// refuse the identity's later batches of the partition as out of order, so they fail with err wrapped.
+type seqBreak struct {
+	ident *producerIdentity
+	after uint64
+	err   error
 }
 
 // pending is a record and its promise, waiting in a batch.
@@ -115,9 +160,12 @@ type pbatch struct {
 	recs     []pending
 	bytes    int64 // buffered bytes accounted for its records
 	seq      uint64
-	firstAt  time.Time // when the first record came (linger starts)
-	deadline time.Time // firstAt + delivery timeout
-	wire     []byte    // the built batch once sealed
+	firstAt  time.Time         // when the first record came (linger starts)
+	deadline time.Time         // firstAt + delivery timeout
+	wire     []byte            // the built batch once sealed and the producer identity known (nil before)
+	ident    *producerIdentity // identity whose sequence it carries; nil: none (not built, or not idempotent)
+	baseSeq  int32             // its base sequence under ident
+	doomed   bool              // failed because an earlier batch of its identity failed (error wrapped already)
 	attempts int
 	lastErr  error
 	send     *telemetry.SendSpan // the batch's span; nil when not traced
@@ -142,6 +190,9 @@ func NewProducer(brokers []string, opts ...ProducerOption) (*Producer, error) {
 	p := &Producer{cfg: cfg, cl: cl, sinks: map[int32]*sink{}, metaWake: make(chan struct{}, 1), drained: make(chan struct{})}
 	p.sticky, _ = cfg.partitioner.(StickyPartitioner)
 	p.tr = cfg.common.tracer()
+	if !cfg.idempotence {
+		p.ident.Store(noIdentity)
+	}
 	switch cfg.acks {
 	case AcksAll:
 		p.acks = runnelv1.Acks_ACKS_ALL
@@ -643,39 +694,136 @@ func (p *Producer) newBatch(pp *ppart) *pbatch {
 func (p *Producer) putBatch(b *pbatch) {
 	clear(b.recs)
 	b.recs = b.recs[:0]
-	b.bytes, b.wire, b.attempts, b.lastErr, b.err, b.send = 0, nil, 0, nil, nil, nil
+	b.bytes, b.wire, b.ident, b.baseSeq, b.doomed, b.attempts, b.lastErr, b.err, b.send = 0, nil, nil, 0, false, 0, nil, nil, nil
 	if b.bld.Size() > 2*p.cfg.batchBytes || p.acks == runnelv1.Acks_ACKS_NONE {
 		return // an outsized buffer (or one gRPC may still read, with acks=0) is left to the GC
 	}
 	p.batches.Put(b)
 }
 
-// sealLocked closes the open batch and queues it for sending.
+// sealLocked closes the open batch and queues it for sending, building it (and those sealed before it
+// while the producer identity was pending) when the identity is known.
 func (pp *ppart) sealLocked(p *Producer) {
-	b := pp.cur
+	pp.queue = append(pp.queue, pp.cur)
 	pp.cur = nil
-	b.wire = b.bld.Build(p.cfg.compression)
-	pp.queue = append(pp.queue, b)
+	pp.buildLocked(p)
+}
+
+// buildLocked builds the queued batches that are not built yet (a suffix of the queue: those sealed
+// while the producer identity was pending), in order, once the identity is known. With idempotence each
+// gets the partition's next base sequence under the identity, written into its header; a new identity
+// starts the partition's sequence again at 0. A built batch keeps its bytes through retries.
+func (pp *ppart) buildLocked(p *Producer) {
+	n := len(pp.queue)
+	if n == 0 || pp.queue[n-1].wire != nil {
+		return
+	}
+	id := p.ident.Load()
+	if id == nil {
+		return
+	}
+	i := n - 1
+	for i > 0 && pp.queue[i-1].wire == nil {
+		i--
+	}
+	for _, b := range pp.queue[i:] {
+		if id != noIdentity {
+			if pp.seqIdent != id {
+				pp.seqIdent, pp.nextSequence = id, 0
+			}
+			b.ident, b.baseSeq = id, pp.nextSequence
+			b.bld.SetProducer(id.id, id.epoch, pp.nextSequence)
+			pp.nextSequence = batch.NextSequence(pp.nextSequence, int32(b.bld.Len()))
+		}
+		b.wire = b.bld.Build(p.cfg.compression)
+	}
+}
+
+// mayStartLocked reports whether a batch numbered under id (nil: not idempotent) may be sent now as far
+// as idempotence goes: at most maxIdempotentInFlight batches of the partition in flight, all under one
+// identity (so a retry never follows batches of a newer identity).
+func (pp *ppart) mayStartLocked(id *producerIdentity) bool {
+	return id == nil || pp.inflight == 0 || (pp.inflight < maxIdempotentInFlight && pp.sentIdent == id)
+}
+
+// breakOfLocked returns the failure that dooms b (a later batch of the same identity), or nil.
+func (pp *ppart) breakOfLocked(b *pbatch) *seqBreak {
+	if b.ident == nil {
+		return nil
+	}
+	for i := range pp.breaks {
+		if br := &pp.breaks[i]; br.ident == b.ident && b.seq > br.after {
+			return br
+		}
+	}
+	return nil
+}
+
+// doomedErr is the error of a batch doomed by br.
+func (pp *ppart) doomedErr(br *seqBreak) error {
+	return fmt.Errorf("%s-%d: batch not written after an earlier batch failed: %w", pp.topic, pp.id, br.err)
+}
+
+// pruneBreaksLocked forgets the failures whose identity has no unfinished batch in the partition left.
+func (pp *ppart) pruneBreaksLocked() {
+	pp.breaks = slices.DeleteFunc(pp.breaks, func(br seqBreak) bool {
+		if pp.inflight > 0 && pp.sentIdent == br.ident {
+			return false
+		}
+		for _, q := range [2][]*pbatch{pp.failed, pp.queue} {
+			for _, b := range q {
+				if b.ident == br.ident {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }
 
 // batchResult settles one batch that was sent (inflight) or expired before being sent: a retriable error
 // within the delivery timeout queues it for a retry, anything else finishes it. Finished batches run
 // their promises in sequence order.
+//
+// With idempotence: a batch that fails for good after it was numbered (anything but success or a retry)
+// dooms the partition's later batches of its identity, which then fail with its error wrapped, and
+// resets the producer identity so that new batches start a new sequence. OUT_OF_ORDER_SEQUENCE_NUMBER
+// is retried while an earlier batch of the partition is unresolved (in flight or waiting to be
+// retried): the leader refused the batch only because that one is missing so far.
 func (p *Producer) batchResult(pp *ppart, b *pbatch, wasInflight bool, base, appendTime int64, err error) {
 	now := time.Now()
-	retry := err != nil && wasInflight && retriable(err) && now.Before(b.deadline) && p.ctx.Err() == nil
-	if err != nil && !retry {
-		switch {
-		case p.ctx.Err() != nil:
-			err = fmt.Errorf("%w (%v)", ErrClosed, err)
-		case retriable(err):
-			err = fmt.Errorf("delivery timeout (%v) expired after %d attempts: %w", p.cfg.deliveryTimeout, b.attempts+1, err)
-		}
+	if err != nil && b.ident != nil && errors.Is(err, rerr.ErrDuplicateSequence) {
+		// The leader has the batch already (Kafka counts this as written), without saying where.
+		err, base, appendTime = nil, -1, -1
 	}
+	closing := p.ctx.Err() != nil
 	pp.finishMu.Lock()
 	pp.mu.Lock()
 	if wasInflight {
 		pp.inflight--
+	}
+	retry, reset := false, false
+	if err != nil {
+		if b.doomed {
+			// err says so already (collect)
+		} else if br := pp.breakOfLocked(b); br != nil {
+			err = pp.doomedErr(br)
+		} else {
+			retry = wasInflight && !closing && now.Before(b.deadline) &&
+				(retriable(err) || (b.ident != nil && pp.nextDone < b.seq && errors.Is(err, rerr.ErrOutOfOrderSequence)))
+			if !retry {
+				switch {
+				case closing:
+					err = fmt.Errorf("%w (%v)", ErrClosed, err)
+				case retriable(err):
+					err = fmt.Errorf("delivery timeout (%v) expired after %d attempts: %w", p.cfg.deliveryTimeout, b.attempts+1, err)
+				}
+				if b.ident != nil && !closing {
+					pp.breaks = append(pp.breaks, seqBreak{ident: b.ident, after: b.seq, err: err})
+					reset = p.resetIdent(b.ident, pp, err) // under pp.mu: the partition builds nothing more under b.ident
+				}
+			}
+		}
 	}
 	if retry {
 		b.attempts++
@@ -702,6 +850,10 @@ func (p *Producer) batchResult(pp *ppart, b *pbatch, wasInflight bool, base, app
 	if s := pp.moveLocked(p); s != nil {
 		wake = s
 	}
+	if len(pp.breaks) > 0 {
+		pp.pruneBreaksLocked()
+		wake = pp.sink // doomed batches at the head of the queue are failed by the sink
+	}
 	ready := pp.ready[:0]
 	for len(pp.held) > 0 && pp.held[0].seq == pp.nextDone {
 		ready = append(ready, pp.held[0])
@@ -719,7 +871,9 @@ func (p *Producer) batchResult(pp *ppart, b *pbatch, wasInflight bool, base, app
 	if retry {
 		p.requestMetadata()
 	}
-	if wake != nil {
+	if reset {
+		p.wakeAll() // a sink with batches waiting starts InitProducerId
+	} else if wake != nil {
 		wake.wake()
 	}
 }

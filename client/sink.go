@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -135,24 +136,33 @@ func (s *sink) pump(now time.Time) time.Time {
 	}
 }
 
-type expiredBatch struct {
-	pp *ppart
-	b  *pbatch
+type failingBatch struct {
+	pp  *ppart
+	b   *pbatch
+	err error // nil: expired
 }
 
-// collect expires batches past their delivery timeout and, when canSend, takes one ready batch from each
-// partition of this sink into a request (nil when none is ready). It also returns the earliest time
-// something will need it: a linger ending, a backoff ending, a deadline.
+// collect expires batches past their delivery timeout, fails those doomed by an earlier batch's
+// sequence failure and, when canSend, takes one ready batch from each partition of this sink into a
+// request (nil when none is ready). It also returns the earliest time something will need it: a linger
+// ending, a backoff ending, a deadline. While the producer identity is pending (idempotence) nothing is
+// sealed on linger, built or sent, and InitProducerId is started if batches wait.
 func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 	var (
 		req     *request
 		size    int
 		next    time.Time
-		expired []expiredBatch
+		failing []failingBatch
 		sealed  []*ppart
+		waiting bool // a partition has records but no producer identity to send them with
 	)
 	p := s.p
 	urgent := p.flushing.Load() > 0 || p.buf.waiters.Load() > 0
+	ident := p.ident.Load()
+	curIdent := ident // the identity a batch sealed now is numbered under (nil: none)
+	if ident == noIdentity {
+		curIdent = nil
+	}
 	parts := *p.allParts.Load()
 	n := len(parts)
 	s.rr++
@@ -163,22 +173,38 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 			pp.mu.Unlock()
 			continue
 		}
-		for len(pp.queue) > 0 && !now.Before(pp.queue[0].deadline) {
-			expired = append(expired, expiredBatch{pp, pp.queue[0]})
+		gap := false // a numbered batch expires: its partition's later batches are doomed
+		for len(pp.queue) > 0 {
+			b := pp.queue[0]
+			var err error
+			if !now.Before(b.deadline) {
+				gap = gap || (b.ident != nil && !b.doomed)
+			} else {
+				br := pp.breakOfLocked(b)
+				if br == nil {
+					break
+				}
+				b.doomed = true
+				err = pp.doomedErr(br)
+			}
+			failing = append(failing, failingBatch{pp, b, err})
 			pp.queue[0] = nil
 			pp.queue = pp.queue[1:]
 		}
 		if c := pp.cur; c != nil && !now.Before(c.deadline) {
-			pp.sealLocked(p)
-			expired = append(expired, expiredBatch{pp, c})
-			pp.queue = pp.queue[:len(pp.queue)-1]
+			// Expired unsealed: never numbered, so its failure leaves no gap in the sequence.
+			pp.cur = nil
+			failing = append(failing, failingBatch{pp, c, nil})
+		}
+		if ident == nil && (pp.cur != nil || len(pp.queue) > 0) {
+			waiting = true
 		}
 		if len(pp.queue) > 0 {
 			next = earliest(next, pp.queue[0].deadline)
 		} else if pp.cur != nil {
 			next = earliest(next, pp.cur.deadline)
 		}
-		if len(pp.failed) > 0 { // waiting for its in-flight batches before re-sending
+		if len(pp.failed) > 0 || gap { // waiting for its in-flight batches before re-sending, or to fail the doomed
 			pp.mu.Unlock()
 			continue
 		}
@@ -187,10 +213,15 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 			pp.mu.Unlock()
 			continue
 		}
+		if ident == nil { // nothing is built or sent before InitProducerId answers
+			pp.mu.Unlock()
+			continue
+		}
+		pp.buildLocked(p) // batches sealed while the identity was pending
 		if len(pp.queue) == 0 && pp.cur != nil {
 			lingerEnd := pp.cur.firstAt.Add(p.cfg.linger)
 			if urgent || !now.Before(lingerEnd) {
-				if canSend && (req == nil || size+pp.cur.bld.Size() <= p.cfg.maxRequestBytes) {
+				if canSend && pp.mayStartLocked(curIdent) && (req == nil || size+pp.cur.bld.Size() <= p.cfg.maxRequestBytes) {
 					pp.sealLocked(p)
 					sealed = append(sealed, pp)
 				}
@@ -201,10 +232,13 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 		}
 		if canSend && len(pp.queue) > 0 {
 			b := pp.queue[0]
-			if req == nil || size+len(b.wire) <= p.cfg.maxRequestBytes {
+			if b.wire != nil && pp.mayStartLocked(b.ident) && (req == nil || size+len(b.wire) <= p.cfg.maxRequestBytes) {
 				pp.queue[0] = nil
 				pp.queue = pp.queue[1:]
 				pp.inflight++
+				if b.ident != nil {
+					pp.sentIdent = b.ident
+				}
 				if req == nil {
 					req = &request{}
 				}
@@ -220,12 +254,23 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 			p.sticky.OnBatchSealed(pp.topic, pp.id, int32(len(*(*p.topics.Load())[pp.topic].parts.Load())))
 		}
 	}
-	for _, e := range expired {
-		err := e.b.lastErr
+	for _, f := range failing {
+		err := f.err
 		if err == nil {
-			err = rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "%s-%d: batch not sent within the delivery timeout", e.pp.topic, e.pp.id)
+			err = f.b.lastErr
 		}
-		p.batchResult(e.pp, e.b, false, -1, -1, err)
+		if err == nil && f.b.wire == nil && ident == nil {
+			if ie := p.identError(); ie != nil {
+				err = fmt.Errorf("%s-%d: no producer id to send with: %w", f.pp.topic, f.pp.id, ie)
+			}
+		}
+		if err == nil {
+			err = rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "%s-%d: batch not sent within the delivery timeout", f.pp.topic, f.pp.id)
+		}
+		p.batchResult(f.pp, f.b, false, -1, -1, err)
+	}
+	if waiting {
+		next = earliest(next, p.ensureIdent(now))
 	}
 	return req, next
 }

@@ -120,11 +120,7 @@ func (l *producerLoad) ackedAfter(t *testing.T, t0 time.Time, timeout time.Durat
 // goes on; restarted nodes rejoin; and with a majority of the controllers down, metadata writes fail
 // clearly while the surviving broker keeps serving its partitions.
 func TestClusterFailover(t *testing.T) {
-	c := newCluster(t, 3, 3)
-	for id := int32(1); id <= 3; id++ {
-		c.start(id)
-	}
-	c.waitReady(30*time.Second, 1, 2, 3)
+	c := startCluster(t, 3, 3)
 	adm := c.admin()
 	ctx := context.Background()
 	if _, err := adm.CreateTopic(ctx, "orders", 12, 3, nil); err != nil {
@@ -329,11 +325,7 @@ func TestClusterFailover(t *testing.T) {
 // TestFiveNodesThreeVoters: two brokers that are not voters follow the metadata log as raft non-voters
 // and answer Metadata from their own copy.
 func TestFiveNodesThreeVoters(t *testing.T) {
-	c := newCluster(t, 5, 3)
-	for id := int32(1); id <= 5; id++ {
-		c.start(id)
-	}
-	c.waitReady(45*time.Second, 1, 2, 3, 4, 5)
+	c := startCluster(t, 5, 3)
 	adm := c.admin(4)
 	if _, err := adm.CreateTopic(context.Background(), "five", 10, 2, map[string]string{"retention.ms": "3600000"}); err != nil {
 		t.Fatal(err)

@@ -113,6 +113,19 @@ func newCluster(t *testing.T, n, voters int) *cluster {
 	return c
 }
 
+// startCluster is newCluster with every node started and ready.
+func startCluster(t *testing.T, n, voters int) *cluster {
+	t.Helper()
+	c := newCluster(t, n, voters)
+	var ids []int32
+	for id := int32(1); id <= int32(n); id++ {
+		c.start(id)
+		ids = append(ids, id)
+	}
+	c.waitReady(45*time.Second, ids...)
+	return c
+}
+
 // addNode prepares node id with fresh ports and data dir.
 func (c *cluster) addNode(id int32) *node {
 	dir := c.t.TempDir()

@@ -81,6 +81,10 @@ var (
 	ErrDuplicateBroker          = &Error{Code: runnelv1.ErrorCode_DUPLICATE_BROKER_REGISTRATION}
 	ErrBrokerNotRegistered      = &Error{Code: runnelv1.ErrorCode_BROKER_ID_NOT_REGISTERED}
 	ErrInconsistentClusterID    = &Error{Code: runnelv1.ErrorCode_INCONSISTENT_CLUSTER_ID}
+	ErrOutOfOrderSequence       = &Error{Code: runnelv1.ErrorCode_OUT_OF_ORDER_SEQUENCE_NUMBER}
+	ErrDuplicateSequence        = &Error{Code: runnelv1.ErrorCode_DUPLICATE_SEQUENCE_NUMBER}
+	ErrInvalidProducerEpoch     = &Error{Code: runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH}
+	ErrUnknownProducerID        = &Error{Code: runnelv1.ErrorCode_UNKNOWN_PRODUCER_ID}
 )
 
 // New returns an *Error with code and a formatted message.
@@ -89,7 +93,10 @@ func New(code runnelv1.ErrorCode, format string, args ...any) *Error {
 }
 
 // Retriable reports whether a request that failed with code may succeed when retried, as Kafka marks
-// its error codes retriable.
+// its error codes retriable. The idempotent producer's sequence errors are not (OUT_OF_ORDER_SEQUENCE_NUMBER,
+// DUPLICATE_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID): sending the same batch again
+// cannot change the answer; the producer decides itself when an out-of-order answer only reflects an
+// earlier batch it is still retrying.
 func Retriable(code runnelv1.ErrorCode) bool {
 	switch code {
 	case runnelv1.ErrorCode_CORRUPT_MESSAGE, // Kafka retries it: the bytes may have been damaged in transit
@@ -104,9 +111,9 @@ func Retriable(code runnelv1.ErrorCode) bool {
 		runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE,
 		runnelv1.ErrorCode_NOT_COORDINATOR,
 		runnelv1.ErrorCode_REBALANCE_IN_PROGRESS,
-		runnelv1.ErrorCode_NOT_CONTROLLER,         // a new controller leader is being elected
-		runnelv1.ErrorCode_FENCED_LEADER_EPOCH,    // the client's metadata is older than the leader's
-		runnelv1.ErrorCode_UNKNOWN_LEADER_EPOCH,   // the broker's metadata is older than the client's
+		runnelv1.ErrorCode_NOT_CONTROLLER,           // a new controller leader is being elected
+		runnelv1.ErrorCode_FENCED_LEADER_EPOCH,      // the client's metadata is older than the leader's
+		runnelv1.ErrorCode_UNKNOWN_LEADER_EPOCH,     // the broker's metadata is older than the client's
 		runnelv1.ErrorCode_BROKER_ID_NOT_REGISTERED: // the registration is still being applied
 		return true
 	}
@@ -144,6 +151,9 @@ func GRPCCode(code runnelv1.ErrorCode) codes.Code {
 	case runnelv1.ErrorCode_NOT_CONTROLLER:
 		return codes.Unavailable
 	case runnelv1.ErrorCode_DUPLICATE_BROKER_REGISTRATION, runnelv1.ErrorCode_INCONSISTENT_CLUSTER_ID:
+		return codes.FailedPrecondition
+	case runnelv1.ErrorCode_OUT_OF_ORDER_SEQUENCE_NUMBER, runnelv1.ErrorCode_DUPLICATE_SEQUENCE_NUMBER,
+		runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH, runnelv1.ErrorCode_UNKNOWN_PRODUCER_ID:
 		return codes.FailedPrecondition
 	case runnelv1.ErrorCode_REQUEST_TIMED_OUT:
 		return codes.DeadlineExceeded

@@ -59,3 +59,19 @@ func TestInfoAndRetriable(t *testing.T) {
 		t.Fatal("detail must carry the retriable flag")
 	}
 }
+
+// The idempotent producer's sequence errors are final, as in Kafka, and travel as FailedPrecondition.
+func TestProducerSequenceErrors(t *testing.T) {
+	for _, e := range []*Error{ErrOutOfOrderSequence, ErrDuplicateSequence, ErrInvalidProducerEpoch, ErrUnknownProducerID} {
+		if e.Retriable() || ToInfo(e).Retriable {
+			t.Errorf("%v is retriable", e.Code)
+		}
+		st := ToStatus(fmt.Errorf("t-0: %w", New(e.Code, "x")))
+		if status.Code(st) != codes.FailedPrecondition {
+			t.Errorf("%v travels as %v", e.Code, status.Code(st))
+		}
+		if back := FromStatus(st); !errors.Is(back, e) {
+			t.Errorf("%v came back as %v", e.Code, back)
+		}
+	}
+}

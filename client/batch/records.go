@@ -93,9 +93,15 @@ type Builder struct {
 	baseTs int64
 	maxTs  int64
 	built  bool
+	// Producer fields for Build, set by SetProducer; hasProducer false means -1, -1, -1 (so the zero
+	// Builder needs no initialisation).
+	hasProducer   bool
+	producerID    int64
+	producerEpoch int16
+	baseSequence  int32
 }
 
-// Reset empties the builder for a new batch, keeping its buffers.
+// Reset empties the builder for a new batch, keeping its buffers. The producer fields go back to -1.
 func (b *Builder) Reset() {
 	if cap(b.buf) < HeaderSize {
 		b.buf = make([]byte, HeaderSize, 4096)
@@ -103,6 +109,26 @@ func (b *Builder) Reset() {
 	b.buf = b.buf[:HeaderSize]
 	b.out = b.out[:0]
 	b.count, b.baseTs, b.maxTs, b.built = 0, 0, 0, false
+	b.hasProducer, b.producerID, b.producerEpoch, b.baseSequence = false, 0, 0, 0
+}
+
+// SetProducer sets the producer id, producer epoch and base sequence that the next Build writes into
+// the header (inside the CRC), for an idempotent producer (KIP-98): the leader drops a batch whose
+// sequence it has already stored for that producer id and partition and refuses one that leaves a gap.
+// They stay until Reset (or an Append after Build, which resets), which restores -1, -1, -1: "no
+// producer". Call it after the last Append, since an Append following a Build starts a new batch.
+func (b *Builder) SetProducer(id int64, epoch int16, baseSequence int32) {
+	b.hasProducer, b.producerID, b.producerEpoch, b.baseSequence = true, id, epoch, baseSequence
+}
+
+// NextSequence returns the base sequence of the batch after one of count records starting at seq:
+// seq+count, wrapping past math.MaxInt32 to 0 as Kafka's DefaultRecordBatch.incrementSequence does
+// (MaxInt32 is followed by 0). count must be within [0, MaxInt32].
+func NextSequence(seq, count int32) int32 {
+	if seq > math.MaxInt32-count {
+		return count - (math.MaxInt32 - seq) - 1
+	}
+	return seq + count
 }
 
 // Len returns the number of records appended since the last Reset.
@@ -170,8 +196,8 @@ func appendNullableBytes(dst, b []byte) []byte {
 }
 
 // Build returns the finished batch: records compressed with c as a whole (Kafka's format), header filled
-// (magic 2, baseOffset 0, partitionLeaderEpoch -1, producerId -1, producerEpoch -1, baseSequence -1,
-// timestamps, lastOffsetDelta, recordCount, length) and its CRC-32C. When compression does not make the
+// (magic 2, baseOffset 0, partitionLeaderEpoch -1, producerId, producerEpoch and baseSequence from
+// SetProducer or else -1, timestamps, lastOffsetDelta, recordCount, length) and its CRC-32C. When compression does not make the
 // record area smaller the batch is sent uncompressed, which every reader accepts.
 //
 // The returned bytes belong to the Builder and stay valid until its next Reset or Append; Build may be
@@ -205,9 +231,15 @@ func (b *Builder) Build(c Compression) []byte {
 	be.PutUint32(out[23:], uint32(lastDelta))
 	be.PutUint64(out[27:], uint64(b.baseTs))
 	be.PutUint64(out[35:], uint64(b.maxTs))
-	be.PutUint64(out[43:], math.MaxUint64) // producerId -1
-	be.PutUint16(out[51:], math.MaxUint16) // producerEpoch -1
-	be.PutUint32(out[53:], math.MaxUint32) // baseSequence -1
+	if b.hasProducer {
+		be.PutUint64(out[43:], uint64(b.producerID))
+		be.PutUint16(out[51:], uint16(b.producerEpoch))
+		be.PutUint32(out[53:], uint32(b.baseSequence))
+	} else {
+		be.PutUint64(out[43:], math.MaxUint64) // producerId -1
+		be.PutUint16(out[51:], math.MaxUint16) // producerEpoch -1
+		be.PutUint32(out[53:], math.MaxUint32) // baseSequence -1
+	}
 	be.PutUint32(out[57:], uint32(b.count))
 	be.PutUint32(out[17:], Checksum(out))
 	return out

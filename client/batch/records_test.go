@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -346,5 +347,89 @@ func BenchmarkDecode(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// SetProducer's fields land in the header under the CRC, for every codec, survive a second Build, and
+// are cleared by Reset and by an Append after Build.
+func TestSetProducer(t *testing.T) {
+	recs := sampleRecords(40, 3)
+	var b Builder
+	for _, c := range codecs {
+		t.Run(c.String(), func(t *testing.T) {
+			b.Reset()
+			for _, r := range recs {
+				b.Append(r.ts, r.key, r.value, r.headers)
+			}
+			b.SetProducer(1<<40+7, 3, math.MaxInt32-5)
+			for range 2 { // Build may be called again until the next Reset
+				raw := bytes.Clone(b.Build(c))
+				h, err := Validate(raw)
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				if h.ProducerID != 1<<40+7 || h.ProducerEpoch != 3 || h.BaseSequence != math.MaxInt32-5 || h.RecordCount != int32(len(recs)) {
+					t.Fatalf("header %+v", h)
+				}
+				_, got := decodeAll(t, raw)
+				if len(got) != len(recs) || got[0].ProducerID != 1<<40+7 {
+					t.Fatalf("decoded %d records, producer id %d", len(got), got[0].ProducerID)
+				}
+				// The producer fields are covered by the CRC.
+				for _, at := range []int{43, 51, 53, 56} {
+					bad := bytes.Clone(raw)
+					bad[at] ^= 1
+					if _, err := Validate(bad); !errors.Is(err, rerr.ErrCorruptMessage) {
+						t.Fatalf("byte %d changed, Validate: %v", at, err)
+					}
+				}
+			}
+			// Reset goes back to "no producer".
+			b.Reset()
+			b.Append(1, nil, []byte("x"), nil)
+			if h, _ := Validate(b.Build(c)); h.ProducerID != -1 || h.ProducerEpoch != -1 || h.BaseSequence != -1 {
+				t.Fatalf("after Reset: %+v", h)
+			}
+			// So does an Append after Build, which starts a new batch.
+			b.SetProducer(9, 0, 0)
+			b.Build(c)
+			b.Append(2, nil, []byte("y"), nil)
+			if h, _ := Validate(b.Build(c)); h.ProducerID != -1 || h.BaseSequence != -1 || h.RecordCount != 1 {
+				t.Fatalf("after Append following Build: %+v", h)
+			}
+			// The zero Builder has no producer either.
+			var z Builder
+			z.Append(1, nil, nil, nil)
+			if h, _ := Validate(z.Build(c)); h.ProducerID != -1 || h.ProducerEpoch != -1 || h.BaseSequence != -1 {
+				t.Fatalf("zero Builder: %+v", h)
+			}
+		})
+	}
+}
+
+// NextSequence wraps as Kafka's DefaultRecordBatch.incrementSequence: MaxInt32 is followed by 0.
+func TestNextSequence(t *testing.T) {
+	for _, tc := range []struct{ seq, count, want int32 }{
+		{0, 0, 0},
+		{0, 1, 1},
+		{0, 500, 500},
+		{100, 23, 123},
+		{math.MaxInt32 - 5, 5, math.MaxInt32},
+		{math.MaxInt32 - 4, 5, 0},
+		{math.MaxInt32, 1, 0},
+		{math.MaxInt32, 3, 2},
+		{math.MaxInt32 - 2, 10, 7},
+		{math.MaxInt32, math.MaxInt32, math.MaxInt32 - 1},
+	} {
+		if got := NextSequence(tc.seq, tc.count); got != tc.want {
+			t.Errorf("NextSequence(%d, %d) = %d, want %d", tc.seq, tc.count, got, tc.want)
+		}
+	}
+	// Record by record, the sequence visits every value and wraps after MaxInt32.
+	seq := int32(math.MaxInt32 - 2)
+	for _, want := range []int32{math.MaxInt32 - 1, math.MaxInt32, 0, 1} {
+		if seq = NextSequence(seq, 1); seq != want {
+			t.Fatalf("got %d, want %d", seq, want)
+		}
 	}
 }
