@@ -165,3 +165,42 @@ func (b *Broker) AlterTopicConfigs(ctx context.Context, req *runnelv1.AlterTopic
 	}
 	return &runnelv1.AlterTopicConfigsResponse{Configs: topiccfg.Entries(t.Overrides)}, nil
 }
+
+// ElectLeaders implements runnelv1.AdminServer: preferred leader election through the controller
+// (meta.CmdElectPreferredLeaders); the answer lists the partitions whose leader changed.
+func (b *Broker) ElectLeaders(ctx context.Context, req *runnelv1.ElectLeadersRequest) (*runnelv1.ElectLeadersResponse, error) {
+	before := b.md.Image()
+	if req.Topic != "" {
+		t, ok := before.Topic(req.Topic)
+		if !ok {
+			return nil, rerr.ToStatus(rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q does not exist", req.Topic))
+		}
+		for _, p := range req.Partitions {
+			if _, ok := t.Partition(p); !ok {
+				return nil, rerr.ToStatus(rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q has no partition %d", req.Topic, p))
+			}
+		}
+	} else if len(req.Partitions) > 0 {
+		return nil, rerr.ToStatus(rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "partitions without a topic"))
+	}
+	after, err := b.md.Propose(ctx, meta.Command{Type: meta.CmdElectPreferredLeaders, Name: req.Topic, Partitions: req.Partitions})
+	if err != nil {
+		return nil, rerr.ToStatus(err)
+	}
+	resp := &runnelv1.ElectLeadersResponse{}
+	for _, t := range after.TopicList() {
+		old, ok := before.Topic(t.Name)
+		if !ok || old.Num != t.Num {
+			continue
+		}
+		for i, p := range t.Assignment {
+			if i < len(old.Assignment) && old.Assignment[i].Leader != p.Leader {
+				resp.Moved = append(resp.Moved, &runnelv1.PartitionLeader{Topic: t.Name, Partition: int32(i), LeaderId: p.Leader, LeaderEpoch: p.LeaderEpoch})
+			}
+		}
+	}
+	if len(resp.Moved) > 0 {
+		b.log.Info("preferred leaders elected", "partitions", len(resp.Moved))
+	}
+	return resp, nil
+}

@@ -314,6 +314,36 @@ func (a *Admin) ListOffsets(ctx context.Context, topic string, partition int32, 
 	return listOffsets(ctx, a.cl, topic, partition, spec, false)
 }
 
+// PartitionLeader is a partition and its leader after an election.
+type PartitionLeader struct {
+	TopicPartition
+	LeaderID    int32
+	LeaderEpoch int32
+}
+
+// ElectLeaders moves the leadership of partitions back to their preferred replica (the first of their
+// replica list) where it is alive and in the ISR, as kafka-leader-election --election-type PREFERRED
+// does: topic "" means every topic, no partitions every partition of topic. It returns the partitions
+// whose leader changed. An unknown topic or partition gives rerr.ErrUnknownTopicOrPartition.
+func (a *Admin) ElectLeaders(ctx context.Context, topic string, partitions ...int32) ([]PartitionLeader, error) {
+	var out []PartitionLeader
+	err := a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
+		resp, err := c.ElectLeaders(ctx, &runnelv1.ElectLeadersRequest{Topic: topic, Partitions: partitions})
+		if err != nil {
+			if err = wireErr(err); errors.Is(err, rerr.ErrUnknownTopicOrPartition) {
+				return final{err}
+			}
+			return err
+		}
+		out = out[:0]
+		for _, m := range resp.Moved {
+			out = append(out, PartitionLeader{TopicPartition: TopicPartition{m.Topic, m.Partition}, LeaderID: m.LeaderId, LeaderEpoch: m.LeaderEpoch})
+		}
+		return nil
+	})
+	return out, err
+}
+
 // ClusterStatus describes the cluster as one node sees it: nodes and their roles, the controller
 // leader, raft term and indexes, fenced brokers, offline and under-replicated partitions.
 func (a *Admin) ClusterStatus(ctx context.Context) (*runnelv1.ClusterStatusResponse, error) {

@@ -226,6 +226,40 @@ func TestClusterFailover(t *testing.T) {
 		return fmt.Errorf("node %d missing from %v", ctl, s.Nodes)
 	})
 
+	// It catches up, rejoins the ISR of its partitions, and a preferred leader election gives it back
+	// the leaderships it had: 4 partitions each again.
+	waitFor(t, 30*time.Second, "the restarted broker back in every ISR", func() error {
+		d, err := survivor.DescribeTopic(ctx, "orders")
+		if err != nil {
+			return err
+		}
+		for _, p := range d.Partitions {
+			if !slices.Contains(p.ISR, ctl) {
+				return fmt.Errorf("partition %d ISR %v", p.Partition, p.ISR)
+			}
+		}
+		return nil
+	})
+	moved, err := survivor.ElectLeaders(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved) != 4 {
+		t.Fatalf("the preferred leader election moved %v, want the 4 partitions node %d led", moved, ctl)
+	}
+	waitFor(t, 5*time.Second, "every node sees the preferred leaders", func() error {
+		for id := int32(1); id <= 3; id++ {
+			ls, err := c.leaders(id, "orders")
+			if err != nil {
+				return err
+			}
+			if n := count32(ls, ctl); n != 4 {
+				return fmt.Errorf("node %d says node %d leads %d partitions: %v", id, ctl, n, ls)
+			}
+		}
+		return nil
+	})
+
 	// Kill the broker that leads the most partitions of those that do not lead the controller quorum.
 	nowCtl := c.controllerOf(others[0])
 	ls, err := c.leaders(nowCtl, "orders")

@@ -34,6 +34,8 @@ func Apply(m *Image, index uint64, cmd Command) (*Image, Result) {
 		res = next.alterPartition(cmd)
 	case CmdAllocateProducerIDs:
 		res = next.allocateProducerIDs(cmd)
+	case CmdElectPreferredLeaders:
+		res = next.electPreferred(cmd)
 	default:
 		res.Err = rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "unknown metadata command %q", cmd.Type)
 	}
@@ -102,7 +104,7 @@ func (m *Image) unfenceBroker(cmd Command) Result {
 	nb.Fenced = false
 	m.Brokers[b.ID] = &nb
 	// Partitions that waited for this broker (it was the last of their ISR) get it back as leader.
-	m.eachPartition(func(t *Topic, p *PartitionState) bool {
+	m.eachPartition(func(t *Topic, _ int32, p *PartitionState) bool {
 		if p.Leader != NoLeader {
 			return false
 		}
@@ -129,7 +131,7 @@ func (m *Image) fenceBroker(cmd Command) Result {
 // moveAway takes fenced broker id out of every ISR it is in (unless it is the last member) and elects
 // new leaders for the partitions it led.
 func (m *Image) moveAway(id int32) {
-	m.eachPartition(func(t *Topic, p *PartitionState) bool {
+	m.eachPartition(func(t *Topic, _ int32, p *PartitionState) bool {
 		changed := false
 		if p.InISR(id) && len(p.ISR) > 1 {
 			p.ISR = slices.DeleteFunc(p.ISR, func(r int32) bool { return r == id })
@@ -180,12 +182,12 @@ func (m *Image) elect(t *Topic, p *PartitionState) bool {
 
 // eachPartition calls fn with a copy of every partition's state; when fn changes it and returns true,
 // the topic is copied and the change kept.
-func (m *Image) eachPartition(fn func(t *Topic, p *PartitionState) bool) {
+func (m *Image) eachPartition(fn func(t *Topic, partition int32, p *PartitionState) bool) {
 	for name, t := range m.Topics {
 		var nt *Topic
 		for i := range t.Assignment {
 			p := t.Assignment[i].clone()
-			if fn(t, &p) {
+			if fn(t, int32(i), &p) {
 				if nt == nil {
 					nt = t.clone()
 				}
@@ -310,7 +312,7 @@ func (m *Image) alterTopicConfig(cmd Command) Result {
 	m.Topics[t.Name] = t
 	// Turning unclean election on brings back partitions that have no leader.
 	if t.Config.UncleanLeaderElection {
-		m.eachPartition(func(tt *Topic, p *PartitionState) bool {
+		m.eachPartition(func(tt *Topic, _ int32, p *PartitionState) bool {
 			return tt.Name == t.Name && p.Leader == NoLeader && m.elect(tt, p)
 		})
 		t = m.Topics[t.Name]
@@ -356,6 +358,40 @@ func (m *Image) alterPartition(cmd Command) Result {
 	np.PartitionEpoch++
 	m.Topics[t.Name] = nt
 	return Result{Topic: nt}
+}
+
+// PreferredLeaderMovable reports whether partition p of t would move its leadership to its preferred
+// replica: it leads nothing now, is alive and in the ISR.
+func (m *Image) PreferredLeaderMovable(p PartitionState) bool {
+	if len(p.Replicas) == 0 {
+		return false
+	}
+	pref := p.Replicas[0]
+	return p.Leader != pref && p.InISR(pref) && m.Alive(pref)
+}
+
+func (m *Image) electPreferred(cmd Command) Result {
+	if cmd.Name != "" {
+		if _, ok := m.Topics[cmd.Name]; !ok {
+			return Result{Err: rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q does not exist", cmd.Name)}
+		}
+	}
+	m.eachPartition(func(t *Topic, i int32, p *PartitionState) bool {
+		if cmd.Name != "" && t.Name != cmd.Name {
+			return false
+		}
+		if len(cmd.Partitions) > 0 && !slices.Contains(cmd.Partitions, i) {
+			return false
+		}
+		if !m.PreferredLeaderMovable(*p) {
+			return false
+		}
+		p.Leader = p.Replicas[0]
+		p.LeaderEpoch++
+		p.PartitionEpoch++
+		return true
+	})
+	return Result{}
 }
 
 func (m *Image) allocateProducerIDs(cmd Command) Result {

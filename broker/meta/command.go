@@ -29,6 +29,10 @@ const (
 	CmdAlterPartition CommandType = "alter_partition"
 	// CmdAllocateProducerIDs gives broker BrokerID the next block of ProducerIDBlockSize producer ids.
 	CmdAllocateProducerIDs CommandType = "allocate_producer_ids"
+	// CmdElectPreferredLeaders gives the leadership of topic Name's partitions (every topic when Name is
+	// empty; the partitions in Partitions, all when empty) back to their preferred replica where that
+	// replica is alive and in the ISR.
+	CmdElectPreferredLeaders CommandType = "elect_preferred_leaders"
 )
 
 // Command is one entry of the metadata log. Only the fields of its Type are set. Everything that is
@@ -55,6 +59,7 @@ type Command struct {
 	LeaderEpoch    int32   `json:"leader_epoch,omitempty"`
 	PartitionEpoch int32   `json:"partition_epoch,omitempty"`
 	ISR            []int32 `json:"isr,omitempty"`
+	Partitions     []int32 `json:"partitions,omitempty"`
 }
 
 // Spec is what a create request asks for. Partitions or ReplicationFactor <= 0 take defaults.

@@ -428,3 +428,59 @@ func TestAllocateProducerIDs(t *testing.T) {
 		t.Fatalf("snapshot lost producer ids: %+v %v", back, err)
 	}
 }
+
+func TestElectPreferredLeaders(t *testing.T) {
+	c := newCluster(t)
+	for id := int32(1); id <= 3; id++ {
+		c.broker(id, "")
+	}
+	c.create("t", 6, 3, nil)
+	c.create("u", 3, 3, nil)
+	c.must(Command{Type: CmdFenceBroker, BrokerID: 2})
+	c.must(Command{Type: CmdUnfenceBroker, BrokerID: 2})
+	top, _ := c.img.Topic("t")
+	// Broker 2 is back but out of the ISR (fencing dropped it): no preferred election yet.
+	c.must(Command{Type: CmdElectPreferredLeaders})
+	for i, p := range top.Assignment {
+		if p.Replicas[0] == 2 && p.Leader == 2 {
+			t.Fatalf("partition %d: an out-of-sync preferred replica was elected", i)
+		}
+	}
+	// It rejoins the ISR of every partition (as its leaders would propose).
+	for _, name := range []string{"t", "u"} {
+		tt, _ := c.img.Topic(name)
+		for i, p := range tt.Assignment {
+			c.must(Command{Type: CmdAlterPartition, Name: name, Partition: int32(i), BrokerID: p.Leader, LeaderEpoch: p.LeaderEpoch,
+				PartitionEpoch: p.PartitionEpoch, ISR: p.Replicas})
+		}
+	}
+	// Only topic t, only partitions 0-2.
+	c.must(Command{Type: CmdElectPreferredLeaders, Name: "t", Partitions: []int32{0, 1, 2}})
+	top, _ = c.img.Topic("t")
+	for i, p := range top.Assignment {
+		moved := p.Leader == p.Replicas[0]
+		if i <= 2 && !moved || i > 2 && p.Replicas[0] == 2 && moved {
+			t.Fatalf("partition %d of t after electing 0-2: %+v", i, p)
+		}
+	}
+	u, _ := c.img.Topic("u")
+	for i, p := range u.Assignment {
+		if p.Replicas[0] == 2 && p.Leader == 2 {
+			t.Fatalf("u-%d moved by an election for t", i)
+		}
+	}
+	before, _ := c.img.Topic("u")
+	c.must(Command{Type: CmdElectPreferredLeaders})
+	u, _ = c.img.Topic("u")
+	for i, p := range u.Assignment {
+		if p.Leader != p.Replicas[0] {
+			t.Fatalf("u-%d after electing everything: %+v", i, p)
+		}
+		if b := before.Assignment[i]; b.Leader != p.Leader && p.LeaderEpoch != b.LeaderEpoch+1 {
+			t.Fatalf("u-%d moved without an epoch bump", i)
+		}
+	}
+	if r := c.apply(Command{Type: CmdElectPreferredLeaders, Name: "nope"}); !errors.Is(r.Err, rerr.ErrUnknownTopicOrPartition) {
+		t.Fatalf("unknown topic: %v", r.Err)
+	}
+}

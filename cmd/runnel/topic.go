@@ -23,7 +23,7 @@ func newTopicCmd(a *app) *cobra.Command {
 		RunE:  groupRun,
 	}
 	addBrokersFlag(cmd.PersistentFlags(), a)
-	cmd.AddCommand(newTopicCreateCmd(a), newTopicListCmd(a), newTopicDescribeCmd(a), newTopicAlterCmd(a), newTopicDeleteCmd(a))
+	cmd.AddCommand(newTopicCreateCmd(a), newTopicListCmd(a), newTopicDescribeCmd(a), newTopicAlterCmd(a), newTopicDeleteCmd(a), newTopicElectLeadersCmd(a))
 	return cmd
 }
 
@@ -598,4 +598,69 @@ func topicPartitionsWith(ctx context.Context, adm *client.Admin, topic string) (
 		return nil, fmt.Errorf("topic %q: %w (create it with 'runnel topic create %s')", topic, err, topic)
 	}
 	return nil, fmt.Errorf("metadata of topic %q: %w", topic, err)
+}
+
+func newTopicElectLeadersCmd(a *app) *cobra.Command {
+	var (
+		partitions []int32
+		output     string
+	)
+	cmd := &cobra.Command{
+		Use:   "elect-leaders [TOPIC]",
+		Short: "Move partition leadership back to the preferred replicas",
+		Long: `Move the leadership of partitions back to their preferred replica (the first of their replica list,
+see topic describe) where that replica is alive and in the ISR: after a failover the leadership stays
+where it moved, so one broker may lead more than its share. Without TOPIC every topic is elected;
+--partition limits it to some partitions of TOPIC. Prints the partitions whose leader changed.
+The controller also does this by itself every 30 seconds (Kafka's auto.leader.rebalance.enable).`,
+		Example: `  runnel topic elect-leaders
+  runnel topic elect-leaders orders --partition 0 --partition 3`,
+		Args: args(0, 1, "at most one TOPIC"),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			out, err := parseOutput(output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
+			topic := ""
+			if len(argv) == 1 {
+				topic = argv[0]
+			}
+			if topic == "" && len(partitions) > 0 {
+				return &usageError{errors.New("--partition needs a TOPIC")}
+			}
+			return withAdmin(a, func(adm *client.Admin) error {
+				moved, err := adm.ElectLeaders(cmd.Context(), topic, partitions...)
+				if err != nil {
+					return fmt.Errorf("elect leaders: %w", err)
+				}
+				type view struct {
+					Topic       string `json:"topic"`
+					Partition   int32  `json:"partition"`
+					LeaderID    int32  `json:"leader_id"`
+					LeaderEpoch int32  `json:"leader_epoch"`
+				}
+				views := []view{}
+				for _, m := range moved {
+					views = append(views, view{m.Topic, m.Partition, m.LeaderID, m.LeaderEpoch})
+				}
+				w := cmd.OutOrStdout()
+				if out == formatJSON {
+					return printJSON(w, views)
+				}
+				if len(views) == 0 {
+					_, err := fmt.Fprintln(w, "no leader moved: every partition is led by its preferred replica, or that replica is down or out of sync")
+					return err
+				}
+				tw := newTable(w)
+				fmt.Fprintln(tw, "TOPIC\tPARTITION\tNEW LEADER\tLEADER EPOCH")
+				for _, v := range views {
+					fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", v.Topic, v.Partition, v.LeaderID, v.LeaderEpoch)
+				}
+				return tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().Int32SliceVar(&partitions, "partition", nil, "partition of TOPIC to elect (repeatable; default all)")
+	addOutputFlag(cmd, &output, formatTable, formatJSON)
+	return cmd
 }

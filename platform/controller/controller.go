@@ -29,6 +29,9 @@ const (
 	// DefaultSessionTimeout is how long the leader waits for a heartbeat before it fences a broker
 	// (Kafka's broker.session.timeout.ms is 9 s; serf usually reports a crash sooner).
 	DefaultSessionTimeout = 3 * time.Second
+	// DefaultPreferredElectionInterval is how often the controller leader elects preferred leaders
+	// (Kafka checks every leader.imbalance.check.interval.seconds, 300 s; a LAN cluster affords a shorter period).
+	DefaultPreferredElectionInterval = 30 * time.Second
 	// DefaultProposeTimeout bounds a metadata write whose caller set no deadline.
 	DefaultProposeTimeout = 15 * time.Second
 )
@@ -45,6 +48,9 @@ type Config struct {
 	// HeartbeatInterval and SessionTimeout: see the defaults.
 	HeartbeatInterval time.Duration
 	SessionTimeout    time.Duration
+	// PreferredElectionInterval is how often the controller leader moves leaderships back to preferred
+	// replicas that are alive and in sync (default DefaultPreferredElectionInterval).
+	PreferredElectionInterval time.Duration
 	// DialOptions are added to the gRPC dial options used to reach other nodes (tests, TLS later).
 	DialOptions []grpc.DialOption
 	Logger      *slog.Logger
@@ -85,6 +91,9 @@ func New(cfg Config, fsm *meta.FSM, q *quorum.Quorum, memb *membership.Membershi
 	}
 	if cfg.SessionTimeout <= 0 {
 		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.PreferredElectionInterval <= 0 {
+		cfg.PreferredElectionInterval = DefaultPreferredElectionInterval
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -20,6 +20,7 @@ func (c *Controller) leaderLoop() {
 	t := time.NewTicker(c.cfg.HeartbeatInterval / 2)
 	defer t.Stop()
 	changes := c.q.LeaderChanges()
+	lastElect := time.Now()
 	for {
 		select {
 		case <-c.stop:
@@ -41,6 +42,10 @@ func (c *Controller) leaderLoop() {
 			c.log.Info("no longer the controller leader")
 		case leader:
 			c.checkSessions()
+			if time.Since(lastElect) >= c.cfg.PreferredElectionInterval {
+				lastElect = time.Now()
+				c.electPreferred()
+			}
 		}
 	}
 }
@@ -91,6 +96,27 @@ func (c *Controller) takeOver() {
 			}
 		}
 	}
+}
+
+// electPreferred moves leaderships back to preferred replicas that are alive and in sync (Kafka's
+// auto.leader.rebalance.enable), so the brokers that came back after a failover lead their share again.
+func (c *Controller) electPreferred() {
+	movable := false
+	for _, t := range c.fsm.Image().TopicList() {
+		for _, p := range t.Assignment {
+			movable = movable || c.fsm.Image().PreferredLeaderMovable(p)
+		}
+	}
+	if !movable {
+		return
+	}
+	ctx, cancel := c.ctx(5 * time.Second)
+	defer cancel()
+	if _, err := c.Propose(ctx, meta.Command{Type: meta.CmdElectPreferredLeaders}); err != nil {
+		c.log.Warn("preferred leader election failed", "err", err)
+		return
+	}
+	c.log.Info("preferred leaders elected")
 }
 
 // checkSessions fences alive brokers whose last heartbeat is older than the session timeout.

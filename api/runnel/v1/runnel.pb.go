@@ -1748,6 +1748,173 @@ func (x *PartitionMetadata) GetIsr() []int32 {
 	return nil
 }
 
+type ElectLeadersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// topic to elect in; empty: every topic.
+	Topic string `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	// partitions of the topic; empty: all of them.
+	Partitions    []int32 `protobuf:"varint,2,rep,packed,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectLeadersRequest) Reset() {
+	*x = ElectLeadersRequest{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectLeadersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectLeadersRequest) ProtoMessage() {}
+
+func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
+func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ElectLeadersRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *ElectLeadersRequest) GetPartitions() []int32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type ElectLeadersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// moved are the partitions whose leader changed.
+	Moved         []*PartitionLeader `protobuf:"bytes,1,rep,name=moved,proto3" json:"moved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ElectLeadersResponse) Reset() {
+	*x = ElectLeadersResponse{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ElectLeadersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ElectLeadersResponse) ProtoMessage() {}
+
+func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
+func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ElectLeadersResponse) GetMoved() []*PartitionLeader {
+	if x != nil {
+		return x.Moved
+	}
+	return nil
+}
+
+type PartitionLeader struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	LeaderId      int32                  `protobuf:"varint,3,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderEpoch   int32                  `protobuf:"varint,4,opt,name=leader_epoch,json=leaderEpoch,proto3" json:"leader_epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionLeader) Reset() {
+	*x = PartitionLeader{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionLeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionLeader) ProtoMessage() {}
+
+func (x *PartitionLeader) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionLeader.ProtoReflect.Descriptor instead.
+func (*PartitionLeader) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PartitionLeader) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionLeader) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionLeader) GetLeaderId() int32 {
+	if x != nil {
+		return x.LeaderId
+	}
+	return 0
+}
+
+func (x *PartitionLeader) GetLeaderEpoch() int32 {
+	if x != nil {
+		return x.LeaderEpoch
+	}
+	return 0
+}
+
 type CreateTopicsRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Topics []*NewTopic            `protobuf:"bytes,1,rep,name=topics,proto3" json:"topics,omitempty"`
@@ -1759,7 +1926,7 @@ type CreateTopicsRequest struct {
 
 func (x *CreateTopicsRequest) Reset() {
 	*x = CreateTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1938,7 @@ func (x *CreateTopicsRequest) String() string {
 func (*CreateTopicsRequest) ProtoMessage() {}
 
 func (x *CreateTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1951,7 @@ func (x *CreateTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicsRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{20}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateTopicsRequest) GetTopics() []*NewTopic {
@@ -1815,7 +1982,7 @@ type NewTopic struct {
 
 func (x *NewTopic) Reset() {
 	*x = NewTopic{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1827,7 +1994,7 @@ func (x *NewTopic) String() string {
 func (*NewTopic) ProtoMessage() {}
 
 func (x *NewTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1840,7 +2007,7 @@ func (x *NewTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewTopic.ProtoReflect.Descriptor instead.
 func (*NewTopic) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{21}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NewTopic) GetName() string {
@@ -1880,7 +2047,7 @@ type CreateTopicsResponse struct {
 
 func (x *CreateTopicsResponse) Reset() {
 	*x = CreateTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2059,7 @@ func (x *CreateTopicsResponse) String() string {
 func (*CreateTopicsResponse) ProtoMessage() {}
 
 func (x *CreateTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2072,7 @@ func (x *CreateTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicsResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{22}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateTopicsResponse) GetTopics() []*TopicResult {
@@ -1926,7 +2093,7 @@ type TopicResult struct {
 
 func (x *TopicResult) Reset() {
 	*x = TopicResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2105,7 @@ func (x *TopicResult) String() string {
 func (*TopicResult) ProtoMessage() {}
 
 func (x *TopicResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2118,7 @@ func (x *TopicResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicResult.ProtoReflect.Descriptor instead.
 func (*TopicResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{23}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TopicResult) GetName() string {
@@ -1984,7 +2151,7 @@ type DeleteTopicsRequest struct {
 
 func (x *DeleteTopicsRequest) Reset() {
 	*x = DeleteTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2163,7 @@ func (x *DeleteTopicsRequest) String() string {
 func (*DeleteTopicsRequest) ProtoMessage() {}
 
 func (x *DeleteTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2176,7 @@ func (x *DeleteTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{24}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeleteTopicsRequest) GetTopics() []string {
@@ -2028,7 +2195,7 @@ type DeleteTopicsResponse struct {
 
 func (x *DeleteTopicsResponse) Reset() {
 	*x = DeleteTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2040,7 +2207,7 @@ func (x *DeleteTopicsResponse) String() string {
 func (*DeleteTopicsResponse) ProtoMessage() {}
 
 func (x *DeleteTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2053,7 +2220,7 @@ func (x *DeleteTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{25}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteTopicsResponse) GetTopics() []*TopicResult {
@@ -2072,7 +2239,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2084,7 +2251,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2097,7 +2264,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{26}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListTopicsRequest) GetIncludeInternal() bool {
@@ -2116,7 +2283,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2295,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2308,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{27}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicSummary {
@@ -2164,7 +2331,7 @@ type TopicSummary struct {
 
 func (x *TopicSummary) Reset() {
 	*x = TopicSummary{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2343,7 @@ func (x *TopicSummary) String() string {
 func (*TopicSummary) ProtoMessage() {}
 
 func (x *TopicSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2356,7 @@ func (x *TopicSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSummary.ProtoReflect.Descriptor instead.
 func (*TopicSummary) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{28}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TopicSummary) GetName() string {
@@ -2238,7 +2405,7 @@ type DescribeTopicsRequest struct {
 
 func (x *DescribeTopicsRequest) Reset() {
 	*x = DescribeTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2417,7 @@ func (x *DescribeTopicsRequest) String() string {
 func (*DescribeTopicsRequest) ProtoMessage() {}
 
 func (x *DescribeTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2430,7 @@ func (x *DescribeTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{29}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DescribeTopicsRequest) GetTopics() []string {
@@ -2289,7 +2456,7 @@ type DescribeTopicsResponse struct {
 
 func (x *DescribeTopicsResponse) Reset() {
 	*x = DescribeTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2468,7 @@ func (x *DescribeTopicsResponse) String() string {
 func (*DescribeTopicsResponse) ProtoMessage() {}
 
 func (x *DescribeTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2481,7 @@ func (x *DescribeTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{30}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DescribeTopicsResponse) GetTopics() []*TopicDescription {
@@ -2340,7 +2507,7 @@ type TopicDescription struct {
 
 func (x *TopicDescription) Reset() {
 	*x = TopicDescription{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2519,7 @@ func (x *TopicDescription) String() string {
 func (*TopicDescription) ProtoMessage() {}
 
 func (x *TopicDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2532,7 @@ func (x *TopicDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicDescription.ProtoReflect.Descriptor instead.
 func (*TopicDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{31}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TopicDescription) GetName() string {
@@ -2429,7 +2596,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +2608,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +2621,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -2499,7 +2666,7 @@ type PartitionDescription struct {
 
 func (x *PartitionDescription) Reset() {
 	*x = PartitionDescription{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2511,7 +2678,7 @@ func (x *PartitionDescription) String() string {
 func (*PartitionDescription) ProtoMessage() {}
 
 func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2524,7 +2691,7 @@ func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionDescription.ProtoReflect.Descriptor instead.
 func (*PartitionDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *PartitionDescription) GetPartition() int32 {
@@ -2622,7 +2789,7 @@ type PartitionStats struct {
 
 func (x *PartitionStats) Reset() {
 	*x = PartitionStats{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2801,7 @@ func (x *PartitionStats) String() string {
 func (*PartitionStats) ProtoMessage() {}
 
 func (x *PartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2814,7 @@ func (x *PartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStats.ProtoReflect.Descriptor instead.
 func (*PartitionStats) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *PartitionStats) GetLastMinute() *PartitionRate {
@@ -2711,7 +2878,7 @@ type PartitionRate struct {
 
 func (x *PartitionRate) Reset() {
 	*x = PartitionRate{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2890,7 @@ func (x *PartitionRate) String() string {
 func (*PartitionRate) ProtoMessage() {}
 
 func (x *PartitionRate) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2903,7 @@ func (x *PartitionRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRate.ProtoReflect.Descriptor instead.
 func (*PartitionRate) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PartitionRate) GetBytesInPerSec() float64 {
@@ -2766,7 +2933,7 @@ type AlterTopicConfigsRequest struct {
 
 func (x *AlterTopicConfigsRequest) Reset() {
 	*x = AlterTopicConfigsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +2945,7 @@ func (x *AlterTopicConfigsRequest) String() string {
 func (*AlterTopicConfigsRequest) ProtoMessage() {}
 
 func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +2958,7 @@ func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{36}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AlterTopicConfigsRequest) GetTopic() string {
@@ -2831,7 +2998,7 @@ type AlterTopicConfigsResponse struct {
 
 func (x *AlterTopicConfigsResponse) Reset() {
 	*x = AlterTopicConfigsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +3010,7 @@ func (x *AlterTopicConfigsResponse) String() string {
 func (*AlterTopicConfigsResponse) ProtoMessage() {}
 
 func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +3023,7 @@ func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{37}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *AlterTopicConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -2987,7 +3154,19 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\tleader_id\x18\x03 \x01(\x05R\bleaderId\x12!\n" +
 	"\fleader_epoch\x18\x04 \x01(\x05R\vleaderEpoch\x12\x1a\n" +
 	"\breplicas\x18\x05 \x03(\x05R\breplicas\x12\x10\n" +
-	"\x03isr\x18\x06 \x03(\x05R\x03isr\"g\n" +
+	"\x03isr\x18\x06 \x03(\x05R\x03isr\"K\n" +
+	"\x13ElectLeadersRequest\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x03(\x05R\n" +
+	"partitions\"H\n" +
+	"\x14ElectLeadersResponse\x120\n" +
+	"\x05moved\x18\x01 \x03(\v2\x1a.runnel.v1.PartitionLeaderR\x05moved\"\x85\x01\n" +
+	"\x0fPartitionLeader\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1b\n" +
+	"\tleader_id\x18\x03 \x01(\x05R\bleaderId\x12!\n" +
+	"\fleader_epoch\x18\x04 \x01(\x05R\vleaderEpoch\"g\n" +
 	"\x13CreateTopicsRequest\x12+\n" +
 	"\x06topics\x18\x01 \x03(\v2\x13.runnel.v1.NewTopicR\x06topics\x12#\n" +
 	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"\xe5\x01\n" +
@@ -3157,14 +3336,15 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x05Fetch\x12\x17.runnel.v1.FetchRequest\x1a\x18.runnel.v1.FetchResponse\x12L\n" +
 	"\vListOffsets\x12\x1d.runnel.v1.ListOffsetsRequest\x1a\x1e.runnel.v1.ListOffsetsResponse\x12C\n" +
 	"\bMetadata\x12\x1a.runnel.v1.MetadataRequest\x1a\x1b.runnel.v1.MetadataResponse\x12U\n" +
-	"\x0eInitProducerId\x12 .runnel.v1.InitProducerIdRequest\x1a!.runnel.v1.InitProducerIdResponse2\xab\x03\n" +
+	"\x0eInitProducerId\x12 .runnel.v1.InitProducerIdRequest\x1a!.runnel.v1.InitProducerIdResponse2\xfc\x03\n" +
 	"\x05Admin\x12O\n" +
 	"\fCreateTopics\x12\x1e.runnel.v1.CreateTopicsRequest\x1a\x1f.runnel.v1.CreateTopicsResponse\x12O\n" +
 	"\fDeleteTopics\x12\x1e.runnel.v1.DeleteTopicsRequest\x1a\x1f.runnel.v1.DeleteTopicsResponse\x12I\n" +
 	"\n" +
 	"ListTopics\x12\x1c.runnel.v1.ListTopicsRequest\x1a\x1d.runnel.v1.ListTopicsResponse\x12U\n" +
 	"\x0eDescribeTopics\x12 .runnel.v1.DescribeTopicsRequest\x1a!.runnel.v1.DescribeTopicsResponse\x12^\n" +
-	"\x11AlterTopicConfigs\x12#.runnel.v1.AlterTopicConfigsRequest\x1a$.runnel.v1.AlterTopicConfigsResponseB4Z2github.com/runnel-io/runnel/api/runnel/v1;runnelv1b\x06proto3"
+	"\x11AlterTopicConfigs\x12#.runnel.v1.AlterTopicConfigsRequest\x1a$.runnel.v1.AlterTopicConfigsResponse\x12O\n" +
+	"\fElectLeaders\x12\x1e.runnel.v1.ElectLeadersRequest\x1a\x1f.runnel.v1.ElectLeadersResponseB4Z2github.com/runnel-io/runnel/api/runnel/v1;runnelv1b\x06proto3"
 
 var (
 	file_runnel_v1_runnel_proto_rawDescOnce sync.Once
@@ -3179,7 +3359,7 @@ func file_runnel_v1_runnel_proto_rawDescGZIP() []byte {
 }
 
 var file_runnel_v1_runnel_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_runnel_v1_runnel_proto_goTypes = []any{
 	(ErrorCode)(0),                     // 0: runnel.v1.ErrorCode
 	(Acks)(0),                          // 1: runnel.v1.Acks
@@ -3205,33 +3385,36 @@ var file_runnel_v1_runnel_proto_goTypes = []any{
 	(*Broker)(nil),                     // 21: runnel.v1.Broker
 	(*TopicMetadata)(nil),              // 22: runnel.v1.TopicMetadata
 	(*PartitionMetadata)(nil),          // 23: runnel.v1.PartitionMetadata
-	(*CreateTopicsRequest)(nil),        // 24: runnel.v1.CreateTopicsRequest
-	(*NewTopic)(nil),                   // 25: runnel.v1.NewTopic
-	(*CreateTopicsResponse)(nil),       // 26: runnel.v1.CreateTopicsResponse
-	(*TopicResult)(nil),                // 27: runnel.v1.TopicResult
-	(*DeleteTopicsRequest)(nil),        // 28: runnel.v1.DeleteTopicsRequest
-	(*DeleteTopicsResponse)(nil),       // 29: runnel.v1.DeleteTopicsResponse
-	(*ListTopicsRequest)(nil),          // 30: runnel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),         // 31: runnel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),               // 32: runnel.v1.TopicSummary
-	(*DescribeTopicsRequest)(nil),      // 33: runnel.v1.DescribeTopicsRequest
-	(*DescribeTopicsResponse)(nil),     // 34: runnel.v1.DescribeTopicsResponse
-	(*TopicDescription)(nil),           // 35: runnel.v1.TopicDescription
-	(*ConfigEntry)(nil),                // 36: runnel.v1.ConfigEntry
-	(*PartitionDescription)(nil),       // 37: runnel.v1.PartitionDescription
-	(*PartitionStats)(nil),             // 38: runnel.v1.PartitionStats
-	(*PartitionRate)(nil),              // 39: runnel.v1.PartitionRate
-	(*AlterTopicConfigsRequest)(nil),   // 40: runnel.v1.AlterTopicConfigsRequest
-	(*AlterTopicConfigsResponse)(nil),  // 41: runnel.v1.AlterTopicConfigsResponse
-	nil,                                // 42: runnel.v1.ProducePartition.TraceContextEntry
-	nil,                                // 43: runnel.v1.NewTopic.ConfigsEntry
-	nil,                                // 44: runnel.v1.AlterTopicConfigsRequest.SetEntry
+	(*ElectLeadersRequest)(nil),        // 24: runnel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),       // 25: runnel.v1.ElectLeadersResponse
+	(*PartitionLeader)(nil),            // 26: runnel.v1.PartitionLeader
+	(*CreateTopicsRequest)(nil),        // 27: runnel.v1.CreateTopicsRequest
+	(*NewTopic)(nil),                   // 28: runnel.v1.NewTopic
+	(*CreateTopicsResponse)(nil),       // 29: runnel.v1.CreateTopicsResponse
+	(*TopicResult)(nil),                // 30: runnel.v1.TopicResult
+	(*DeleteTopicsRequest)(nil),        // 31: runnel.v1.DeleteTopicsRequest
+	(*DeleteTopicsResponse)(nil),       // 32: runnel.v1.DeleteTopicsResponse
+	(*ListTopicsRequest)(nil),          // 33: runnel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),         // 34: runnel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),               // 35: runnel.v1.TopicSummary
+	(*DescribeTopicsRequest)(nil),      // 36: runnel.v1.DescribeTopicsRequest
+	(*DescribeTopicsResponse)(nil),     // 37: runnel.v1.DescribeTopicsResponse
+	(*TopicDescription)(nil),           // 38: runnel.v1.TopicDescription
+	(*ConfigEntry)(nil),                // 39: runnel.v1.ConfigEntry
+	(*PartitionDescription)(nil),       // 40: runnel.v1.PartitionDescription
+	(*PartitionStats)(nil),             // 41: runnel.v1.PartitionStats
+	(*PartitionRate)(nil),              // 42: runnel.v1.PartitionRate
+	(*AlterTopicConfigsRequest)(nil),   // 43: runnel.v1.AlterTopicConfigsRequest
+	(*AlterTopicConfigsResponse)(nil),  // 44: runnel.v1.AlterTopicConfigsResponse
+	nil,                                // 45: runnel.v1.ProducePartition.TraceContextEntry
+	nil,                                // 46: runnel.v1.NewTopic.ConfigsEntry
+	nil,                                // 47: runnel.v1.AlterTopicConfigsRequest.SetEntry
 }
 var file_runnel_v1_runnel_proto_depIdxs = []int32{
 	0,  // 0: runnel.v1.ErrorInfo.code:type_name -> runnel.v1.ErrorCode
 	1,  // 1: runnel.v1.ProduceRequest.acks:type_name -> runnel.v1.Acks
 	6,  // 2: runnel.v1.ProduceRequest.partitions:type_name -> runnel.v1.ProducePartition
-	42, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
+	45, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
 	10, // 4: runnel.v1.ProduceResponse.partitions:type_name -> runnel.v1.ProducePartitionResult
 	4,  // 5: runnel.v1.ProducePartitionResult.error:type_name -> runnel.v1.ErrorInfo
 	2,  // 6: runnel.v1.FetchRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
@@ -3248,48 +3431,51 @@ var file_runnel_v1_runnel_proto_depIdxs = []int32{
 	4,  // 17: runnel.v1.TopicMetadata.error:type_name -> runnel.v1.ErrorInfo
 	23, // 18: runnel.v1.TopicMetadata.partitions:type_name -> runnel.v1.PartitionMetadata
 	4,  // 19: runnel.v1.PartitionMetadata.error:type_name -> runnel.v1.ErrorInfo
-	25, // 20: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
-	43, // 21: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
-	27, // 22: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	4,  // 23: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
-	27, // 24: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	32, // 25: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
-	35, // 26: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
-	4,  // 27: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
-	36, // 28: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
-	37, // 29: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
-	38, // 30: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
-	39, // 31: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
-	39, // 32: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
-	44, // 33: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
-	36, // 34: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
-	5,  // 35: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
-	5,  // 36: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
-	11, // 37: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
-	15, // 38: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
-	19, // 39: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
-	7,  // 40: runnel.v1.Records.InitProducerId:input_type -> runnel.v1.InitProducerIdRequest
-	24, // 41: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
-	28, // 42: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
-	30, // 43: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
-	33, // 44: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
-	40, // 45: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
-	9,  // 46: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
-	9,  // 47: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
-	13, // 48: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
-	17, // 49: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
-	20, // 50: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
-	8,  // 51: runnel.v1.Records.InitProducerId:output_type -> runnel.v1.InitProducerIdResponse
-	26, // 52: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
-	29, // 53: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
-	31, // 54: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
-	34, // 55: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
-	41, // 56: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
-	46, // [46:57] is the sub-list for method output_type
-	35, // [35:46] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	26, // 20: runnel.v1.ElectLeadersResponse.moved:type_name -> runnel.v1.PartitionLeader
+	28, // 21: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
+	46, // 22: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
+	30, // 23: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	4,  // 24: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
+	30, // 25: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	35, // 26: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
+	38, // 27: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
+	4,  // 28: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
+	39, // 29: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
+	40, // 30: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
+	41, // 31: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
+	42, // 32: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
+	42, // 33: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
+	47, // 34: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
+	39, // 35: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
+	5,  // 36: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
+	5,  // 37: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
+	11, // 38: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
+	15, // 39: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
+	19, // 40: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
+	7,  // 41: runnel.v1.Records.InitProducerId:input_type -> runnel.v1.InitProducerIdRequest
+	27, // 42: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
+	31, // 43: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
+	33, // 44: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
+	36, // 45: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
+	43, // 46: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
+	24, // 47: runnel.v1.Admin.ElectLeaders:input_type -> runnel.v1.ElectLeadersRequest
+	9,  // 48: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
+	9,  // 49: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
+	13, // 50: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
+	17, // 51: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
+	20, // 52: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
+	8,  // 53: runnel.v1.Records.InitProducerId:output_type -> runnel.v1.InitProducerIdResponse
+	29, // 54: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
+	32, // 55: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
+	34, // 56: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
+	37, // 57: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
+	44, // 58: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
+	25, // 59: runnel.v1.Admin.ElectLeaders:output_type -> runnel.v1.ElectLeadersResponse
+	48, // [48:60] is the sub-list for method output_type
+	36, // [36:48] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_runnel_v1_runnel_proto_init() }
@@ -3305,7 +3491,7 @@ func file_runnel_v1_runnel_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_runnel_proto_rawDesc), len(file_runnel_v1_runnel_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   41,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -351,6 +351,7 @@ const (
 	Admin_ListTopics_FullMethodName        = "/runnel.v1.Admin/ListTopics"
 	Admin_DescribeTopics_FullMethodName    = "/runnel.v1.Admin/DescribeTopics"
 	Admin_AlterTopicConfigs_FullMethodName = "/runnel.v1.Admin/AlterTopicConfigs"
+	Admin_ElectLeaders_FullMethodName      = "/runnel.v1.Admin/ElectLeaders"
 )
 
 // AdminClient is the client API for Admin service.
@@ -364,6 +365,10 @@ type AdminClient interface {
 	ListTopics(ctx context.Context, in *ListTopicsRequest, opts ...grpc.CallOption) (*ListTopicsResponse, error)
 	DescribeTopics(ctx context.Context, in *DescribeTopicsRequest, opts ...grpc.CallOption) (*DescribeTopicsResponse, error)
 	AlterTopicConfigs(ctx context.Context, in *AlterTopicConfigsRequest, opts ...grpc.CallOption) (*AlterTopicConfigsResponse, error)
+	// ElectLeaders moves the leadership of partitions back to their preferred replica (the first of their
+	// replica list) where it is alive and in sync and leads nothing of it now (Kafka's preferred leader
+	// election, kafka-leader-election --election-type PREFERRED).
+	ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error)
 }
 
 type adminClient struct {
@@ -424,6 +429,16 @@ func (c *adminClient) AlterTopicConfigs(ctx context.Context, in *AlterTopicConfi
 	return out, nil
 }
 
+func (c *adminClient) ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ElectLeadersResponse)
+	err := c.cc.Invoke(ctx, Admin_ElectLeaders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -435,6 +450,10 @@ type AdminServer interface {
 	ListTopics(context.Context, *ListTopicsRequest) (*ListTopicsResponse, error)
 	DescribeTopics(context.Context, *DescribeTopicsRequest) (*DescribeTopicsResponse, error)
 	AlterTopicConfigs(context.Context, *AlterTopicConfigsRequest) (*AlterTopicConfigsResponse, error)
+	// ElectLeaders moves the leadership of partitions back to their preferred replica (the first of their
+	// replica list) where it is alive and in sync and leads nothing of it now (Kafka's preferred leader
+	// election, kafka-leader-election --election-type PREFERRED).
+	ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -459,6 +478,9 @@ func (UnimplementedAdminServer) DescribeTopics(context.Context, *DescribeTopicsR
 }
 func (UnimplementedAdminServer) AlterTopicConfigs(context.Context, *AlterTopicConfigsRequest) (*AlterTopicConfigsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AlterTopicConfigs not implemented")
+}
+func (UnimplementedAdminServer) ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ElectLeaders not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -571,6 +593,24 @@ func _Admin_AlterTopicConfigs_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ElectLeaders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ElectLeadersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ElectLeaders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ElectLeaders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ElectLeaders(ctx, req.(*ElectLeadersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -597,6 +637,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AlterTopicConfigs",
 			Handler:    _Admin_AlterTopicConfigs_Handler,
+		},
+		{
+			MethodName: "ElectLeaders",
+			Handler:    _Admin_ElectLeaders_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
