@@ -160,6 +160,7 @@ func (b *Broker) replicaStats() telemetry.ReplicaStats {
 			}
 		}
 	}
+	s.FollowerLags = b.repl.followerLags()
 	return s
 }
 

@@ -11,6 +11,7 @@ import (
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/client/telemetry"
 )
 
 // replication is the broker's replica manager: it follows the metadata to give each replicated
@@ -269,6 +270,29 @@ func (rm *replication) alterISR(r *replica, cmd meta.Command, shrink bool, why s
 	}
 	rm.b.tel.ISRChanged(r.topic, r.partition, shrink)
 	rm.b.log.Info("ISR changed", "topic", r.topic, "partition", r.partition, "isr", cmd.ISR, "reason", why)
+}
+
+// followerLags returns, for every partition led here, how far each follower is behind the leader's
+// durable end (a follower not heard from since the leadership began counts from offset 0).
+func (rm *replication) followerLags() []telemetry.FollowerLag {
+	rm.mu.Lock()
+	parts := make([]*replica, 0, len(rm.parts))
+	for _, r := range rm.parts {
+		parts = append(parts, r)
+	}
+	rm.mu.Unlock()
+	var out []telemetry.FollowerLag
+	for _, r := range parts {
+		r.mu.Lock()
+		if r.leader {
+			end := r.log.DurableEnd()
+			for id, f := range r.followers {
+				out = append(out, telemetry.FollowerLag{Topic: r.topic, Partition: r.partition, Follower: id, Lag: max(end-max(f.leo, 0), 0)})
+			}
+		}
+		r.mu.Unlock()
+	}
+	return out
 }
 
 // loop runs the ISR check every lagMax/4 until the broker stops.

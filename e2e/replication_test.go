@@ -269,6 +269,30 @@ func readTopicLogs(t *testing.T, dir string, partitions int32, hws map[int32]int
 	return out
 }
 
+// metricAbove reports whether a Prometheus line of node's /metrics starts with prefix, contains every
+// of contains, and has a value other than 0.
+func metricAbove(c *cluster, node int32, prefix string, contains ...string) (bool, error) {
+	resp, err := http.Get("http://" + c.nodes[node].http + "/metrics")
+	if err != nil {
+		return false, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+next:
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, prefix) || strings.HasSuffix(line, " 0") {
+			continue
+		}
+		for _, want := range contains {
+			if !strings.Contains(line, want) {
+				continue next
+			}
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
 // produceN writes n records with acks and returns the first error.
 func produceN(t *testing.T, brokers []string, topic string, part int32, acks client.Acks, n int, tag string) error {
 	t.Helper()
@@ -356,21 +380,6 @@ func TestISRAndUncleanElection(t *testing.T) {
 		})
 	}
 	isrIs("the ISR shrinks to the leader", leader)
-	// The leader's /metrics shows the short ISR.
-	waitFor(t, 10*time.Second, "the leader's metrics show an under-replicated partition", func() error {
-		resp, err := http.Get("http://" + c.nodes[leader].http + "/metrics")
-		if err != nil {
-			return err
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		for _, line := range strings.Split(string(body), "\n") {
-			if strings.HasPrefix(line, "runnel_partitions_under_replicated") && !strings.HasSuffix(line, " 0") {
-				return nil
-			}
-		}
-		return fmt.Errorf("no runnel_partitions_under_replicated above 0")
-	})
 	err = produceN(t, []string{c.nodes[leader].grpc}, "isr", part, client.AcksAll, 10, "b")
 	if err == nil || !strings.Contains(err.Error(), "NOT_ENOUGH_REPLICAS") {
 		t.Fatalf("acks=all with an ISR of 1 < min.insync.replicas=2: %v, want NOT_ENOUGH_REPLICAS", err)
@@ -378,6 +387,22 @@ func TestISRAndUncleanElection(t *testing.T) {
 	if err := produceN(t, []string{c.nodes[leader].grpc}, "isr", part, client.AcksLeader, 50, "c"); err != nil {
 		t.Fatalf("acks=1 with a short ISR: %v", err)
 	}
+	// The leader's /metrics shows the short ISR and the dead followers' lag (the 50 records above).
+	waitFor(t, 10*time.Second, "the leader's metrics show the under-replicated partition and its lagging followers", func() error {
+		under, err := metricAbove(c, leader, "runnel_partitions_under_replicated")
+		if err != nil {
+			return err
+		}
+		lag, err := metricAbove(c, leader, "runnel_partition_follower_lag{", `messaging_destination_name="isr"`,
+			fmt.Sprintf(`messaging_destination_partition_id="%d"`, part))
+		if err != nil {
+			return err
+		}
+		if !under || !lag {
+			return fmt.Errorf("under-replicated gauge above 0: %v, a follower lag above 0: %v", under, lag)
+		}
+		return nil
+	})
 	c.start(followers[0])
 	waitFor(t, 30*time.Second, "the restarted follower back in the ISR", func() error {
 		d, err := c.admin(leader).DescribeTopic(ctx, "isr")

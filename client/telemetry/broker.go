@@ -46,6 +46,7 @@ type Broker struct {
 	bytesIn, recordsIn, bytesOut, recordsOut metric.Int64ObservableCounter
 	lag, members, lsmSize, vlogSize          metric.Int64ObservableGauge
 	leaders, underReplicated, offline        metric.Int64ObservableGauge
+	followerLag                              metric.Int64ObservableGauge
 	gcRuns                                   metric.Int64ObservableCounter
 	gcOpts                                   [3]metric.ObserveOption // rewritten, nothing, error
 	reg                                      metric.Registration
@@ -126,6 +127,9 @@ func NewBroker(opts ...Option) (*Broker, error) {
 	b.offline, err = m.Int64ObservableGauge(MetricOfflinePartitions, metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions without a leader, reported by the controller leader only (0 elsewhere)."))
 	add(err)
+	b.followerLag, err = m.Int64ObservableGauge(MetricFollowerLag, metric.WithUnit("{record}"),
+		metric.WithDescription("Offsets a follower is behind its leader's log end, on the leader."))
+	add(err)
 	b.lsmSize, err = m.Int64ObservableGauge(MetricLSMSize, metric.WithUnit("By"), metric.WithDescription("Size of Badger's LSM tree files (.sst)."))
 	add(err)
 	b.vlogSize, err = m.Int64ObservableGauge(MetricVlogSize, metric.WithUnit("By"), metric.WithDescription("Size of Badger's value-log files (.vlog)."))
@@ -145,7 +149,7 @@ func NewBroker(opts ...Option) (*Broker, error) {
 		b.gcOpts[i] = metric.WithAttributeSet(attribute.NewSet(AttrGCResult.String(r)))
 	}
 	b.reg, err = m.RegisterCallback(b.observe, b.bytesIn, b.recordsIn, b.bytesOut, b.recordsOut, b.lag, b.members,
-		b.lsmSize, b.vlogSize, b.gcRuns, b.leaders, b.underReplicated, b.offline)
+		b.lsmSize, b.vlogSize, b.gcRuns, b.leaders, b.underReplicated, b.offline, b.followerLag)
 	if err != nil {
 		return nil, err
 	}
@@ -404,6 +408,16 @@ type ReplicaStats struct {
 	// shorter than their replica list (Kafka's UnderReplicatedPartitions). Offline counts partitions
 	// without a leader, on the controller leader (Kafka's OfflinePartitionsCount), else 0.
 	Leaders, UnderReplicated, Offline int64
+	// FollowerLags are, for each follower of each partition led here, how far it is behind.
+	FollowerLags []FollowerLag
+}
+
+// FollowerLag is how many offsets follower is behind the leader's log end of topic-partition.
+type FollowerLag struct {
+	Topic     string
+	Partition int32
+	Follower  int32
+	Lag       int64
 }
 
 // ObserveReplicas sets the function that reports partition health at each metric collection; nil
@@ -442,6 +456,10 @@ func (b *Broker) observe(_ context.Context, o metric.Observer) error {
 		o.ObserveInt64(b.leaders, s.Leaders)
 		o.ObserveInt64(b.underReplicated, s.UnderReplicated)
 		o.ObserveInt64(b.offline, s.Offline)
+		for _, f := range s.FollowerLags {
+			o.ObserveInt64(b.followerLag, f.Lag, metric.WithAttributes(AttrTopic.String(f.Topic),
+				AttrPartition.String(partitionID(f.Partition)), AttrFollower.Int(int(f.Follower))))
+		}
 	}
 	if fn := b.groupSrc.Load(); fn != nil {
 		start := time.Now()

@@ -44,7 +44,7 @@ const (
 	MetricFetchDuration = "runnel.fetch.duration"
 	// MetricConsumerLag is, per group and partition with a committed offset, the high watermark minus the
 	// committed offset, computed when metrics are collected. Gauge, unit {record}; attributes AttrGroup,
-	// AttrTopic, AttrPartition. Prometheus: runnel_consumer_lag_records.
+	// AttrTopic, AttrPartition. Prometheus: runnel_consumer_lag.
 	MetricConsumerLag = "runnel.consumer.lag"
 	// MetricGroupMembers is the number of members of each group with membership state, static members
 	// that left and whose partitions are still reserved included. Gauge, unit {member}; attribute
@@ -79,7 +79,11 @@ const (
 	MetricLeaderPartitions  = "runnel.partitions.leader"
 	MetricUnderReplicated   = "runnel.partitions.under_replicated"
 	MetricOfflinePartitions = "runnel.partitions.offline"
-	MetricISRExpands        = "runnel.partition.isr.expands"
+	// MetricFollowerLag is how many offsets each follower is behind the leader's log end, reported by
+	// the leader with AttrTopic, AttrPartition and AttrFollower (Kafka's replica lag). Gauge, unit
+	// {record}. Prometheus: runnel_partition_follower_lag.
+	MetricFollowerLag = "runnel.partition.follower.lag"
+	MetricISRExpands  = "runnel.partition.isr.expands"
 )
 
 // Attribute keys of the metrics above and of the spans. They are the OpenTelemetry messaging semantic
@@ -90,6 +94,8 @@ const (
 	// AttrPartition is the partition number as a decimal string, as the conventions want it
 	// (messaging.destination.partition.id).
 	AttrPartition = semconv.MessagingDestinationPartitionIDKey
+	// AttrFollower is the broker id of a follower (runnel.follower).
+	AttrFollower = attribute.Key("runnel.follower")
 	// AttrGroup is the consumer group id (messaging.consumer.group.name).
 	AttrGroup = semconv.MessagingConsumerGroupNameKey
 	// AttrErrorType is the catalogue error code name (UNKNOWN_TOPIC_OR_PARTITION, ...) of a failed
