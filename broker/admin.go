@@ -133,7 +133,7 @@ func (b *Broker) DescribeTopics(_ context.Context, req *runnelv1.DescribeTopicsR
 		logs := b.localTopicLogs(t)
 		for i, st := range t.Assignment {
 			pd := &runnelv1.PartitionDescription{Partition: int32(i), LeaderId: st.Leader, LeaderEpoch: st.LeaderEpoch,
-				Replicas: st.Replicas, Isr: st.ISR, LogStartOffset: -1, HighWatermark: -1, LogEndOffset: -1}
+				Replicas: st.Replicas, Isr: st.ISR, LogStartOffset: -1, HighWatermark: -1, LogEndOffset: -1, ReassigningTo: st.Target}
 			if i < len(logs) && logs[i] != nil {
 				p := logs[i]
 				pd.LogStartOffset, pd.HighWatermark, pd.LogEndOffset, pd.SizeBytes = p.LogStartOffset(), p.HighWatermark(), p.LogEndOffset(), p.Size()
@@ -201,6 +201,23 @@ func (b *Broker) ElectLeaders(ctx context.Context, req *runnelv1.ElectLeadersReq
 	}
 	if len(resp.Moved) > 0 {
 		b.log.Info("preferred leaders elected", "partitions", len(resp.Moved))
+	}
+	return resp, nil
+}
+
+// ReassignPartitions implements runnelv1.AdminServer: one controller command per partition
+// (meta.CmdReassignPartition); each succeeds or fails on its own.
+func (b *Broker) ReassignPartitions(ctx context.Context, req *runnelv1.ReassignPartitionsRequest) (*runnelv1.ReassignPartitionsResponse, error) {
+	resp := &runnelv1.ReassignPartitionsResponse{}
+	for _, pr := range req.Partitions {
+		r := &runnelv1.PartitionReassignmentResult{Topic: pr.Topic, Partition: pr.Partition}
+		resp.Partitions = append(resp.Partitions, r)
+		_, err := b.md.Propose(ctx, meta.Command{Type: meta.CmdReassignPartition, Name: pr.Topic, Partition: pr.Partition, Replicas: pr.Replicas})
+		if err != nil {
+			r.Error = rerr.ToInfo(err)
+			continue
+		}
+		b.log.Info("partition reassignment started", "topic", pr.Topic, "partition", pr.Partition, "replicas", pr.Replicas)
 	}
 	return resp, nil
 }

@@ -244,6 +244,14 @@ func (b *Broker) reconcile(img *meta.Image) error {
 	for _, t := range img.TopicList() {
 		for i, st := range t.Assignment {
 			if !st.IsReplica(b.cfg.NodeID) {
+				// Moved away by a reassignment: the data goes.
+				if tl := b.parts[t.Name]; tl != nil && tl.num == t.Num && i < len(tl.logs) && tl.logs[i] != nil {
+					tl.logs[i] = nil
+					if err := b.store.DeletePartition(plog.PartitionID{TopicNum: t.Num, Partition: int32(i)}); err != nil {
+						errs = append(errs, fmt.Errorf("drop data of %s-%d: %w", t.Name, i, err))
+					}
+					b.log.Info("partition replica removed from this broker", "topic", t.Name, "partition", i)
+				}
 				continue
 			}
 			if _, err := b.openLocked(t, int32(i)); err != nil {

@@ -160,3 +160,18 @@ func (r *replica) watchDurable(stop <-chan struct{}, brokerStop <-chan struct{})
 		}
 	}
 }
+
+// syncFollowersLocked makes the followers tracked the replicas other than self: a reassignment adds
+// replicas (tracked from now, not yet heard from) and, once complete, removes the ones that left.
+func (r *replica) syncFollowersLocked(self int32, replicas []int32, now time.Time) {
+	for _, id := range replicas {
+		if id != self && r.followers[id] == nil {
+			r.followers[id] = &follower{leo: -1, lastCaughtUp: now}
+		}
+	}
+	for id := range r.followers {
+		if !slices.Contains(replicas, id) {
+			delete(r.followers, id)
+		}
+	}
+}

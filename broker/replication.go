@@ -92,7 +92,8 @@ func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) 
 					rm.b.log.Debug("partition leader", "topic", t.Name, "partition", i, "leader_epoch", st.LeaderEpoch)
 				}
 				r.isrChange = false
-				ready = append(ready, r.advanceLocked()...) // an ISR that shrank may let the HW move
+				r.syncFollowersLocked(self, st.Replicas, now) // a reassignment adds or removes replicas
+				ready = append(ready, r.advanceLocked()...)   // an ISR that shrank may let the HW move
 			default:
 				if r.leader {
 					fail = append(fail, r.stepDownLocked()...)

@@ -58,6 +58,8 @@ type PartitionDescription struct {
 	HighWatermark  int64
 	LogEndOffset   int64
 	SizeBytes      int64
+	// ReassigningTo is the replica list a running reassignment moves the partition to; nil when none.
+	ReassigningTo []int32
 	// Stats are the partition's produce rates on its leader, from DescribeTopicWithStats; nil from
 	// DescribeTopic, or when the broker keeps none (its telemetry is disabled).
 	Stats *PartitionStats
@@ -206,7 +208,8 @@ func (a *Admin) describeTopic(ctx context.Context, name string, stats bool) (*To
 		for _, p := range t.Partitions {
 			d.Partitions = append(d.Partitions, PartitionDescription{Partition: p.Partition, LeaderID: p.LeaderId,
 				LeaderEpoch: p.LeaderEpoch, Replicas: p.Replicas, ISR: p.Isr, LogStartOffset: p.LogStartOffset,
-				HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes, Stats: partitionStats(p.Stats)})
+				HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes, Stats: partitionStats(p.Stats),
+				ReassigningTo: p.ReassigningTo})
 		}
 		out = d
 		return nil
@@ -342,6 +345,26 @@ func (a *Admin) ElectLeaders(ctx context.Context, topic string, partitions ...in
 		return nil
 	})
 	return out, err
+}
+
+// ReassignPartition starts moving topic's partition to replicas (the preferred leader first), as
+// kafka-reassign-partitions does (KIP-455): the new replicas copy the log, and once they are all in the
+// ISR the old ones are dropped and the leadership moves to a new one if needed. It returns once the
+// move has started; DescribeTopic's ReassigningTo shows it running. Errors: UNKNOWN_TOPIC_OR_PARTITION,
+// INVALID_REQUEST (a broker not registered, a replica twice, a move already running),
+// INVALID_REPLICATION_FACTOR (fewer replicas than min.insync.replicas).
+func (a *Admin) ReassignPartition(ctx context.Context, topic string, partition int32, replicas []int32) error {
+	return a.admin(ctx, func(ctx context.Context, c runnelv1.AdminClient) error {
+		resp, err := c.ReassignPartitions(ctx, &runnelv1.ReassignPartitionsRequest{Partitions: []*runnelv1.PartitionReassignment{
+			{Topic: topic, Partition: partition, Replicas: replicas}}})
+		if err != nil {
+			return wireErr(err)
+		}
+		if len(resp.Partitions) != 1 {
+			return rerr.New(runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, "reassignment answer has %d results", len(resp.Partitions))
+		}
+		return topicErr(resp.Partitions[0].Error)
+	})
 }
 
 // ClusterStatus describes the cluster as one node sees it: nodes and their roles, the controller

@@ -36,6 +36,8 @@ func Apply(m *Image, index uint64, cmd Command) (*Image, Result) {
 		res = next.allocateProducerIDs(cmd)
 	case CmdElectPreferredLeaders:
 		res = next.electPreferred(cmd)
+	case CmdReassignPartition:
+		res = next.reassign(cmd)
 	default:
 		res.Err = rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "unknown metadata command %q", cmd.Type)
 	}
@@ -356,6 +358,7 @@ func (m *Image) alterPartition(cmd Command) Result {
 	np := &nt.Assignment[cmd.Partition]
 	np.ISR = isr
 	np.PartitionEpoch++
+	m.completeReassignment(nt, cmd.Partition) // a new replica that caught up may finish a move
 	m.Topics[t.Name] = nt
 	return Result{Topic: nt}
 }
@@ -392,6 +395,80 @@ func (m *Image) electPreferred(cmd Command) Result {
 		return true
 	})
 	return Result{}
+}
+
+func (m *Image) reassign(cmd Command) Result {
+	t, ok := m.Topics[cmd.Name]
+	if !ok {
+		return Result{Err: rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q does not exist", cmd.Name)}
+	}
+	p, ok := t.Partition(cmd.Partition)
+	if !ok {
+		return Result{Err: rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q has no partition %d", cmd.Name, cmd.Partition)}
+	}
+	if len(cmd.Replicas) == 0 {
+		return Result{Err: rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: an empty replica list", cmd.Name, cmd.Partition)}
+	}
+	if len(p.Target) > 0 {
+		return Result{Err: rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d is being reassigned to %v already", cmd.Name, cmd.Partition, p.Target)}
+	}
+	seen := map[int32]bool{}
+	for _, r := range cmd.Replicas {
+		if seen[r] {
+			return Result{Err: rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "replica %d listed twice", r)}
+		}
+		seen[r] = true
+		if _, ok := m.Brokers[r]; !ok {
+			return Result{Err: rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "broker %d is not registered", r)}
+		}
+	}
+	if int32(len(cmd.Replicas)) < t.Config.MinInsyncReplicas {
+		return Result{Err: rerr.New(runnelv1.ErrorCode_INVALID_REPLICATION_FACTOR, "%d replicas, fewer than min.insync.replicas=%d", len(cmd.Replicas), t.Config.MinInsyncReplicas)}
+	}
+	// The replicas while moving: the target first (its order decides the preferred leader later), then
+	// the old ones that are leaving.
+	nt := t.clone()
+	np := &nt.Assignment[cmd.Partition]
+	all := slices.Clone(cmd.Replicas)
+	for _, r := range p.Replicas {
+		if !slices.Contains(all, r) {
+			all = append(all, r)
+		}
+	}
+	np.Replicas, np.Target = all, slices.Clone(cmd.Replicas)
+	np.PartitionEpoch++
+	m.Topics[t.Name] = nt
+	m.completeReassignment(nt, cmd.Partition)
+	return Result{Topic: m.Topics[t.Name]}
+}
+
+// completeReassignment finishes the move of t's partition p once every target replica is in the ISR:
+// the replica list becomes the target, the others leave the ISR, and a leader that is not in the
+// target hands over to the first target replica in the ISR (a leader epoch bump).
+func (m *Image) completeReassignment(t *Topic, p int32) {
+	st := &t.Assignment[p]
+	if len(st.Target) == 0 {
+		return
+	}
+	for _, r := range st.Target {
+		if !slices.Contains(st.ISR, r) {
+			return
+		}
+	}
+	st.Replicas = st.Target
+	st.Target = nil
+	st.ISR = slices.DeleteFunc(st.ISR, func(r int32) bool { return !slices.Contains(st.Replicas, r) })
+	if !slices.Contains(st.Replicas, st.Leader) {
+		st.Leader = NoLeader
+		for _, r := range st.Replicas {
+			if slices.Contains(st.ISR, r) && m.Alive(r) {
+				st.Leader = r
+				break
+			}
+		}
+		st.LeaderEpoch++
+	}
+	st.PartitionEpoch++
 }
 
 func (m *Image) allocateProducerIDs(cmd Command) Result {

@@ -33,6 +33,9 @@ const (
 	// empty; the partitions in Partitions, all when empty) back to their preferred replica where that
 	// replica is alive and in the ISR.
 	CmdElectPreferredLeaders CommandType = "elect_preferred_leaders"
+	// CmdReassignPartition starts moving partition Name/Partition to the replica list Replicas
+	// (preferred leader first); an empty Replicas cancels a reassignment that has not completed.
+	CmdReassignPartition CommandType = "reassign_partition"
 )
 
 // Command is one entry of the metadata log. Only the fields of its Type are set. Everything that is
@@ -60,6 +63,7 @@ type Command struct {
 	PartitionEpoch int32   `json:"partition_epoch,omitempty"`
 	ISR            []int32 `json:"isr,omitempty"`
 	Partitions     []int32 `json:"partitions,omitempty"`
+	Replicas       []int32 `json:"replicas,omitempty"`
 }
 
 // Spec is what a create request asks for. Partitions or ReplicationFactor <= 0 take defaults.

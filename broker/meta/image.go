@@ -49,6 +49,11 @@ type PartitionState struct {
 	// PartitionEpoch grows by one at every change of leader, ISR or replicas (KIP-497), so an ISR change
 	// computed from an old state is refused.
 	PartitionEpoch int32 `json:"partition_epoch"`
+	// Target is the replica list a reassignment moves the partition to (KIP-455), empty when none runs.
+	// While it runs, Replicas holds the old and the new replicas, so the new ones copy the log as
+	// followers; once every target replica is in the ISR the reassignment completes: Replicas becomes
+	// Target, the replicas left out leave the ISR, and a leader left out hands over to one in it.
+	Target []int32 `json:"target,omitempty"`
 }
 
 // InISR reports whether broker id is in the ISR.
@@ -60,6 +65,7 @@ func (p PartitionState) IsReplica(id int32) bool { return slices.Contains(p.Repl
 func (p PartitionState) clone() PartitionState {
 	p.Replicas = slices.Clone(p.Replicas)
 	p.ISR = slices.Clone(p.ISR)
+	p.Target = slices.Clone(p.Target)
 	return p
 }
 

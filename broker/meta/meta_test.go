@@ -484,3 +484,50 @@ func TestElectPreferredLeaders(t *testing.T) {
 		t.Fatalf("unknown topic: %v", r.Err)
 	}
 }
+
+func TestReassignPartition(t *testing.T) {
+	c := newCluster(t)
+	for id := int32(1); id <= 4; id++ {
+		c.broker(id, "")
+	}
+	c.create("t", 1, 2, nil)
+	top, _ := c.img.Topic("t")
+	p := top.Assignment[0]
+	var target []int32
+	for id := int32(1); id <= 4; id++ {
+		if !p.IsReplica(id) {
+			target = append(target, id)
+		}
+	}
+	res := c.must(Command{Type: CmdReassignPartition, Name: "t", Partition: 0, Replicas: target})
+	moving := res.Topic.Assignment[0]
+	if len(moving.Replicas) != 4 || !slices.Equal(moving.Target, target) || moving.Leader != p.Leader {
+		t.Fatalf("while moving: %+v", moving)
+	}
+	if r := c.apply(Command{Type: CmdReassignPartition, Name: "t", Partition: 0, Replicas: target}); !errors.Is(r.Err, rerr.ErrInvalidRequest) {
+		t.Fatalf("second reassignment while one runs: %v", r.Err)
+	}
+	// The first new replica catches up: not done yet.
+	top, _ = c.img.Topic("t")
+	st := top.Assignment[0]
+	c.must(Command{Type: CmdAlterPartition, Name: "t", Partition: 0, BrokerID: st.Leader, LeaderEpoch: st.LeaderEpoch,
+		PartitionEpoch: st.PartitionEpoch, ISR: append(slices.Clone(st.ISR), target[0])})
+	top, _ = c.img.Topic("t")
+	if st = top.Assignment[0]; len(st.Target) == 0 {
+		t.Fatalf("completed with one target replica out of the ISR: %+v", st)
+	}
+	// The second catches up: the move completes, the old leader hands over.
+	c.must(Command{Type: CmdAlterPartition, Name: "t", Partition: 0, BrokerID: st.Leader, LeaderEpoch: st.LeaderEpoch,
+		PartitionEpoch: st.PartitionEpoch, ISR: append(slices.Clone(st.ISR), target[1])})
+	top, _ = c.img.Topic("t")
+	done := top.Assignment[0]
+	if !slices.Equal(done.Replicas, target) || len(done.Target) != 0 || !slices.Equal(done.ISR, target) || done.Leader != target[0] ||
+		done.LeaderEpoch != p.LeaderEpoch+1 {
+		t.Fatalf("after the move: %+v (was %+v)", done, p)
+	}
+	for _, bad := range [][]int32{nil, {1, 1}, {9}} {
+		if r := c.apply(Command{Type: CmdReassignPartition, Name: "t", Partition: 0, Replicas: bad}); r.Err == nil {
+			t.Fatalf("reassign to %v accepted", bad)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client"
@@ -12,7 +14,7 @@ import (
 func newClusterCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "cluster", Short: "Look at the cluster: nodes, controller quorum, partition health"}
 	addBrokersFlag(cmd.PersistentFlags(), a)
-	cmd.AddCommand(newClusterStatusCmd(a))
+	cmd.AddCommand(newClusterStatusCmd(a), newClusterDecommissionCmd(a))
 	return cmd
 }
 
@@ -165,4 +167,77 @@ func printClusterView(w io.Writer, v clusterView) error {
 		tw.Flush()
 	}
 	return nil
+}
+
+func newClusterDecommissionCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "decommission NODE",
+		Short: "Move every partition replica off a broker, before it is removed",
+		Long: `Start a reassignment (see topic reassign) of every partition that has a replica on NODE: NODE is
+replaced by the unfenced broker not already in the partition's replica list that holds the fewest
+replicas. The data is copied before the old replica is dropped. When runnel cluster status shows NODE
+leading nothing and topic describe lists it nowhere, stop it cleanly. Internal topics are moved too.`,
+		Example: `  runnel cluster decommission 4`,
+		Args:    args(1, 1, "one NODE id"),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			n, err := strconv.ParseInt(argv[0], 10, 32)
+			if err != nil {
+				return &usageError{fmt.Errorf("NODE %q: not a broker id", argv[0])}
+			}
+			node := int32(n)
+			return withAdmin(a, func(adm *client.Admin) error {
+				md, err := adm.Metadata(cmd.Context())
+				if err != nil {
+					return err
+				}
+				load := map[int32]int{}
+				for _, b := range md.Brokers {
+					if b.NodeId != node {
+						load[b.NodeId] = 0
+					}
+				}
+				for _, t := range md.Topics {
+					for _, p := range t.Partitions {
+						for _, r := range p.Replicas {
+							if _, ok := load[r]; ok {
+								load[r]++
+							}
+						}
+					}
+				}
+				tw := newTable(cmd.OutOrStdout())
+				fmt.Fprintln(tw, "TOPIC\tPARTITION\tFROM\tTO")
+				moved := 0
+				for _, t := range md.Topics {
+					for _, p := range t.Partitions {
+						i := slices.Index(p.Replicas, node)
+						if i < 0 {
+							continue
+						}
+						best, bestLoad := int32(-1), 0
+						for id, l := range load {
+							if !slices.Contains(p.Replicas, id) && (best < 0 || l < bestLoad || l == bestLoad && id < best) {
+								best, bestLoad = id, l
+							}
+						}
+						if best < 0 {
+							return fmt.Errorf("%s-%d: no broker left to take the replica on node %d (replicas %v)", t.Name, p.Partition, node, p.Replicas)
+						}
+						to := slices.Clone(p.Replicas)
+						to[i] = best
+						if err := adm.ReassignPartition(cmd.Context(), t.Name, p.Partition, to); err != nil {
+							return fmt.Errorf("reassign %s-%d: %w", t.Name, p.Partition, err)
+						}
+						load[best]++
+						moved++
+						fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", t.Name, p.Partition, joinInt32(p.Replicas), joinInt32(to))
+					}
+				}
+				tw.Flush()
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%d partition(s) moving off node %d; when it leads and holds nothing (runnel cluster status), stop it\n", moved, node)
+				return err
+			})
+		},
+	}
+	return cmd
 }

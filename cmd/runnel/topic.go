@@ -23,7 +23,7 @@ func newTopicCmd(a *app) *cobra.Command {
 		RunE:  groupRun,
 	}
 	addBrokersFlag(cmd.PersistentFlags(), a)
-	cmd.AddCommand(newTopicCreateCmd(a), newTopicListCmd(a), newTopicDescribeCmd(a), newTopicAlterCmd(a), newTopicDeleteCmd(a), newTopicElectLeadersCmd(a))
+	cmd.AddCommand(newTopicCreateCmd(a), newTopicListCmd(a), newTopicDescribeCmd(a), newTopicAlterCmd(a), newTopicDeleteCmd(a), newTopicElectLeadersCmd(a), newTopicReassignCmd(a))
 	return cmd
 }
 
@@ -233,6 +233,8 @@ type partitionView struct {
 	HighWatermark  int64   `json:"high_watermark"`
 	LogEndOffset   int64   `json:"log_end_offset"`
 	SizeBytes      int64   `json:"size_bytes"`
+	// ReassigningTo is the target of a running reassignment.
+	ReassigningTo []int32 `json:"reassigning_to,omitempty"`
 	// Stats is set with --stats when the broker keeps rates.
 	Stats *statsView `json:"stats,omitempty"`
 }
@@ -281,7 +283,7 @@ func toTopicView(d *client.TopicDescription) topicView {
 	for _, p := range d.Partitions {
 		v.Partitions = append(v.Partitions, partitionView{Partition: p.Partition, LeaderID: p.LeaderID,
 			LeaderEpoch: p.LeaderEpoch, Replicas: nonNil(p.Replicas), ISR: nonNil(p.ISR), LogStartOffset: p.LogStartOffset,
-			HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes})
+			HighWatermark: p.HighWatermark, LogEndOffset: p.LogEndOffset, SizeBytes: p.SizeBytes, ReassigningTo: p.ReassigningTo})
 	}
 	sort.Slice(v.Partitions, func(i, j int) bool { return v.Partitions[i].Partition < v.Partitions[j].Partition })
 	addStats(&v, d)
@@ -373,6 +375,12 @@ func printTopicView(w io.Writer, v topicView) error {
 		size += p.SizeBytes
 	}
 	tw.Flush()
+	for _, p := range v.Partitions {
+		if len(p.ReassigningTo) > 0 {
+			fmt.Fprintf(w, "partition %d is being reassigned: replicas %s -> %s (done when all of them are in the ISR)\n",
+				p.Partition, joinInt32(p.Replicas), joinInt32(p.ReassigningTo))
+		}
+	}
 	_, err := fmt.Fprintf(w, "\n%s offsets retained (high watermark minus log start, summed; fewer records where compaction left gaps), %s stored\n", comma(records), bytesIEC(size))
 	return err
 }
@@ -662,5 +670,40 @@ The controller also does this by itself every 30 seconds (Kafka's auto.leader.re
 	}
 	cmd.Flags().Int32SliceVar(&partitions, "partition", nil, "partition of TOPIC to elect (repeatable; default all)")
 	addOutputFlag(cmd, &output, formatTable, formatJSON)
+	return cmd
+}
+
+func newTopicReassignCmd(a *app) *cobra.Command {
+	var (
+		partition int32
+		replicas  []int32
+	)
+	cmd := &cobra.Command{
+		Use:   "reassign TOPIC --partition N --replicas ID,ID,...",
+		Short: "Move a partition to other brokers",
+		Long: `Move a partition to a new replica list, the preferred leader first (Kafka's partition reassignment,
+KIP-455). The new replicas copy the log from the leader as followers; once every one of them is in
+the ISR the old replicas are dropped (their data deleted) and, if the leader is not in the new list,
+the leadership moves to the first new replica in sync. The command returns once the move has
+started: topic describe shows REASSIGNING-TO while it runs. runnel cluster decommission moves every
+partition off a broker.`,
+		Example: `  runnel topic reassign orders --partition 0 --replicas 2,3,4`,
+		Args:    args(1, 1, "one TOPIC"),
+		RunE: func(cmd *cobra.Command, argv []string) error {
+			if !cmd.Flags().Changed("partition") || len(replicas) == 0 {
+				return &usageError{errors.New("--partition and --replicas are required")}
+			}
+			return withAdmin(a, func(adm *client.Admin) error {
+				if err := adm.ReassignPartition(cmd.Context(), argv[0], partition, replicas); err != nil {
+					return fmt.Errorf("reassign %s-%d: %w", argv[0], partition, err)
+				}
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "reassignment of %s-%d to %s started; follow it with: runnel topic describe %s\n",
+					argv[0], partition, joinInt32(replicas), argv[0])
+				return err
+			})
+		},
+	}
+	cmd.Flags().Int32Var(&partition, "partition", 0, "the partition to move")
+	cmd.Flags().Int32SliceVar(&replicas, "replicas", nil, "the new replica list, preferred leader first (comma-separated broker ids)")
 	return cmd
 }

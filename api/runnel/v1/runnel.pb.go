@@ -1748,6 +1748,215 @@ func (x *PartitionMetadata) GetIsr() []int32 {
 	return nil
 }
 
+type ReassignPartitionsRequest struct {
+	state         protoimpl.MessageState   `protogen:"open.v1"`
+	Partitions    []*PartitionReassignment `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReassignPartitionsRequest) Reset() {
+	*x = ReassignPartitionsRequest{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReassignPartitionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReassignPartitionsRequest) ProtoMessage() {}
+
+func (x *ReassignPartitionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReassignPartitionsRequest.ProtoReflect.Descriptor instead.
+func (*ReassignPartitionsRequest) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReassignPartitionsRequest) GetPartitions() []*PartitionReassignment {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type PartitionReassignment struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Topic     string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// replicas is the new replica list, the preferred leader first.
+	Replicas      []int32 `protobuf:"varint,3,rep,packed,name=replicas,proto3" json:"replicas,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionReassignment) Reset() {
+	*x = PartitionReassignment{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionReassignment) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionReassignment) ProtoMessage() {}
+
+func (x *PartitionReassignment) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionReassignment.ProtoReflect.Descriptor instead.
+func (*PartitionReassignment) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PartitionReassignment) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionReassignment) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionReassignment) GetReplicas() []int32 {
+	if x != nil {
+		return x.Replicas
+	}
+	return nil
+}
+
+type ReassignPartitionsResponse struct {
+	state         protoimpl.MessageState         `protogen:"open.v1"`
+	Partitions    []*PartitionReassignmentResult `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReassignPartitionsResponse) Reset() {
+	*x = ReassignPartitionsResponse{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReassignPartitionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReassignPartitionsResponse) ProtoMessage() {}
+
+func (x *ReassignPartitionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReassignPartitionsResponse.ProtoReflect.Descriptor instead.
+func (*ReassignPartitionsResponse) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ReassignPartitionsResponse) GetPartitions() []*PartitionReassignmentResult {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
+type PartitionReassignmentResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Topic         string                 `protobuf:"bytes,1,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Error         *ErrorInfo             `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionReassignmentResult) Reset() {
+	*x = PartitionReassignmentResult{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionReassignmentResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionReassignmentResult) ProtoMessage() {}
+
+func (x *PartitionReassignmentResult) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionReassignmentResult.ProtoReflect.Descriptor instead.
+func (*PartitionReassignmentResult) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PartitionReassignmentResult) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *PartitionReassignmentResult) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *PartitionReassignmentResult) GetError() *ErrorInfo {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
 type ElectLeadersRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// topic to elect in; empty: every topic.
@@ -1760,7 +1969,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1981,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1994,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{20}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ElectLeadersRequest) GetTopic() string {
@@ -1812,7 +2021,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +2033,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +2046,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{21}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ElectLeadersResponse) GetMoved() []*PartitionLeader {
@@ -1859,7 +2068,7 @@ type PartitionLeader struct {
 
 func (x *PartitionLeader) Reset() {
 	*x = PartitionLeader{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2080,7 @@ func (x *PartitionLeader) String() string {
 func (*PartitionLeader) ProtoMessage() {}
 
 func (x *PartitionLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2093,7 @@ func (x *PartitionLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLeader.ProtoReflect.Descriptor instead.
 func (*PartitionLeader) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{22}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PartitionLeader) GetTopic() string {
@@ -1926,7 +2135,7 @@ type CreateTopicsRequest struct {
 
 func (x *CreateTopicsRequest) Reset() {
 	*x = CreateTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2147,7 @@ func (x *CreateTopicsRequest) String() string {
 func (*CreateTopicsRequest) ProtoMessage() {}
 
 func (x *CreateTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2160,7 @@ func (x *CreateTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicsRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{23}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateTopicsRequest) GetTopics() []*NewTopic {
@@ -1982,7 +2191,7 @@ type NewTopic struct {
 
 func (x *NewTopic) Reset() {
 	*x = NewTopic{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1994,7 +2203,7 @@ func (x *NewTopic) String() string {
 func (*NewTopic) ProtoMessage() {}
 
 func (x *NewTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2007,7 +2216,7 @@ func (x *NewTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewTopic.ProtoReflect.Descriptor instead.
 func (*NewTopic) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{24}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *NewTopic) GetName() string {
@@ -2047,7 +2256,7 @@ type CreateTopicsResponse struct {
 
 func (x *CreateTopicsResponse) Reset() {
 	*x = CreateTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2268,7 @@ func (x *CreateTopicsResponse) String() string {
 func (*CreateTopicsResponse) ProtoMessage() {}
 
 func (x *CreateTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2281,7 @@ func (x *CreateTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicsResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{25}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateTopicsResponse) GetTopics() []*TopicResult {
@@ -2093,7 +2302,7 @@ type TopicResult struct {
 
 func (x *TopicResult) Reset() {
 	*x = TopicResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2314,7 @@ func (x *TopicResult) String() string {
 func (*TopicResult) ProtoMessage() {}
 
 func (x *TopicResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2327,7 @@ func (x *TopicResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicResult.ProtoReflect.Descriptor instead.
 func (*TopicResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{26}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TopicResult) GetName() string {
@@ -2151,7 +2360,7 @@ type DeleteTopicsRequest struct {
 
 func (x *DeleteTopicsRequest) Reset() {
 	*x = DeleteTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2372,7 @@ func (x *DeleteTopicsRequest) String() string {
 func (*DeleteTopicsRequest) ProtoMessage() {}
 
 func (x *DeleteTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2385,7 @@ func (x *DeleteTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{27}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteTopicsRequest) GetTopics() []string {
@@ -2195,7 +2404,7 @@ type DeleteTopicsResponse struct {
 
 func (x *DeleteTopicsResponse) Reset() {
 	*x = DeleteTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2416,7 @@ func (x *DeleteTopicsResponse) String() string {
 func (*DeleteTopicsResponse) ProtoMessage() {}
 
 func (x *DeleteTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2429,7 @@ func (x *DeleteTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{28}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteTopicsResponse) GetTopics() []*TopicResult {
@@ -2239,7 +2448,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2460,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2473,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{29}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListTopicsRequest) GetIncludeInternal() bool {
@@ -2283,7 +2492,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2295,7 +2504,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2308,7 +2517,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{30}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicSummary {
@@ -2331,7 +2540,7 @@ type TopicSummary struct {
 
 func (x *TopicSummary) Reset() {
 	*x = TopicSummary{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2552,7 @@ func (x *TopicSummary) String() string {
 func (*TopicSummary) ProtoMessage() {}
 
 func (x *TopicSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2565,7 @@ func (x *TopicSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSummary.ProtoReflect.Descriptor instead.
 func (*TopicSummary) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{31}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *TopicSummary) GetName() string {
@@ -2405,7 +2614,7 @@ type DescribeTopicsRequest struct {
 
 func (x *DescribeTopicsRequest) Reset() {
 	*x = DescribeTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2626,7 @@ func (x *DescribeTopicsRequest) String() string {
 func (*DescribeTopicsRequest) ProtoMessage() {}
 
 func (x *DescribeTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2639,7 @@ func (x *DescribeTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DescribeTopicsRequest) GetTopics() []string {
@@ -2456,7 +2665,7 @@ type DescribeTopicsResponse struct {
 
 func (x *DescribeTopicsResponse) Reset() {
 	*x = DescribeTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2468,7 +2677,7 @@ func (x *DescribeTopicsResponse) String() string {
 func (*DescribeTopicsResponse) ProtoMessage() {}
 
 func (x *DescribeTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2481,7 +2690,7 @@ func (x *DescribeTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DescribeTopicsResponse) GetTopics() []*TopicDescription {
@@ -2507,7 +2716,7 @@ type TopicDescription struct {
 
 func (x *TopicDescription) Reset() {
 	*x = TopicDescription{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2519,7 +2728,7 @@ func (x *TopicDescription) String() string {
 func (*TopicDescription) ProtoMessage() {}
 
 func (x *TopicDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2532,7 +2741,7 @@ func (x *TopicDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicDescription.ProtoReflect.Descriptor instead.
 func (*TopicDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TopicDescription) GetName() string {
@@ -2596,7 +2805,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2817,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2830,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -2657,6 +2866,8 @@ type PartitionDescription struct {
 	LogEndOffset   int64                  `protobuf:"varint,8,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
 	// size_bytes is the stored size of the partition's batches.
 	SizeBytes int64 `protobuf:"varint,9,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// reassigning_to is the replica list a running reassignment moves the partition to (empty: none).
+	ReassigningTo []int32 `protobuf:"varint,11,rep,packed,name=reassigning_to,json=reassigningTo,proto3" json:"reassigning_to,omitempty"`
 	// stats are the partition's produce rates, present when the request set include_stats and the broker
 	// keeps them (it does unless its telemetry is disabled).
 	Stats         *PartitionStats `protobuf:"bytes,10,opt,name=stats,proto3" json:"stats,omitempty"`
@@ -2666,7 +2877,7 @@ type PartitionDescription struct {
 
 func (x *PartitionDescription) Reset() {
 	*x = PartitionDescription{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2889,7 @@ func (x *PartitionDescription) String() string {
 func (*PartitionDescription) ProtoMessage() {}
 
 func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2902,7 @@ func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionDescription.ProtoReflect.Descriptor instead.
 func (*PartitionDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{36}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PartitionDescription) GetPartition() int32 {
@@ -2757,6 +2968,13 @@ func (x *PartitionDescription) GetSizeBytes() int64 {
 	return 0
 }
 
+func (x *PartitionDescription) GetReassigningTo() []int32 {
+	if x != nil {
+		return x.ReassigningTo
+	}
+	return nil
+}
+
 func (x *PartitionDescription) GetStats() *PartitionStats {
 	if x != nil {
 		return x.Stats
@@ -2789,7 +3007,7 @@ type PartitionStats struct {
 
 func (x *PartitionStats) Reset() {
 	*x = PartitionStats{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +3019,7 @@ func (x *PartitionStats) String() string {
 func (*PartitionStats) ProtoMessage() {}
 
 func (x *PartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +3032,7 @@ func (x *PartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStats.ProtoReflect.Descriptor instead.
 func (*PartitionStats) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{37}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PartitionStats) GetLastMinute() *PartitionRate {
@@ -2878,7 +3096,7 @@ type PartitionRate struct {
 
 func (x *PartitionRate) Reset() {
 	*x = PartitionRate{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +3108,7 @@ func (x *PartitionRate) String() string {
 func (*PartitionRate) ProtoMessage() {}
 
 func (x *PartitionRate) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +3121,7 @@ func (x *PartitionRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRate.ProtoReflect.Descriptor instead.
 func (*PartitionRate) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{38}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PartitionRate) GetBytesInPerSec() float64 {
@@ -2933,7 +3151,7 @@ type AlterTopicConfigsRequest struct {
 
 func (x *AlterTopicConfigsRequest) Reset() {
 	*x = AlterTopicConfigsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2945,7 +3163,7 @@ func (x *AlterTopicConfigsRequest) String() string {
 func (*AlterTopicConfigsRequest) ProtoMessage() {}
 
 func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2958,7 +3176,7 @@ func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{39}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AlterTopicConfigsRequest) GetTopic() string {
@@ -2998,7 +3216,7 @@ type AlterTopicConfigsResponse struct {
 
 func (x *AlterTopicConfigsResponse) Reset() {
 	*x = AlterTopicConfigsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3228,7 @@ func (x *AlterTopicConfigsResponse) String() string {
 func (*AlterTopicConfigsResponse) ProtoMessage() {}
 
 func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3241,7 @@ func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{40}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AlterTopicConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -3154,7 +3372,23 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\tleader_id\x18\x03 \x01(\x05R\bleaderId\x12!\n" +
 	"\fleader_epoch\x18\x04 \x01(\x05R\vleaderEpoch\x12\x1a\n" +
 	"\breplicas\x18\x05 \x03(\x05R\breplicas\x12\x10\n" +
-	"\x03isr\x18\x06 \x03(\x05R\x03isr\"K\n" +
+	"\x03isr\x18\x06 \x03(\x05R\x03isr\"]\n" +
+	"\x19ReassignPartitionsRequest\x12@\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2 .runnel.v1.PartitionReassignmentR\n" +
+	"partitions\"g\n" +
+	"\x15PartitionReassignment\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
+	"\breplicas\x18\x03 \x03(\x05R\breplicas\"d\n" +
+	"\x1aReassignPartitionsResponse\x12F\n" +
+	"\n" +
+	"partitions\x18\x01 \x03(\v2&.runnel.v1.PartitionReassignmentResultR\n" +
+	"partitions\"}\n" +
+	"\x1bPartitionReassignmentResult\x12\x14\n" +
+	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12*\n" +
+	"\x05error\x18\x03 \x01(\v2\x14.runnel.v1.ErrorInfoR\x05error\"K\n" +
 	"\x13ElectLeadersRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1e\n" +
 	"\n" +
@@ -3221,7 +3455,7 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x1d\n" +
 	"\n" +
-	"is_default\x18\x03 \x01(\bR\tisDefault\"\xe9\x02\n" +
+	"is_default\x18\x03 \x01(\bR\tisDefault\"\x90\x03\n" +
 	"\x14PartitionDescription\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\x05R\bleaderId\x12!\n" +
@@ -3232,7 +3466,8 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x0ehigh_watermark\x18\a \x01(\x03R\rhighWatermark\x12$\n" +
 	"\x0elog_end_offset\x18\b \x01(\x03R\flogEndOffset\x12\x1d\n" +
 	"\n" +
-	"size_bytes\x18\t \x01(\x03R\tsizeBytes\x12/\n" +
+	"size_bytes\x18\t \x01(\x03R\tsizeBytes\x12%\n" +
+	"\x0ereassigning_to\x18\v \x03(\x05R\rreassigningTo\x12/\n" +
 	"\x05stats\x18\n" +
 	" \x01(\v2\x19.runnel.v1.PartitionStatsR\x05stats\"\xe0\x02\n" +
 	"\x0ePartitionStats\x129\n" +
@@ -3336,7 +3571,7 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x05Fetch\x12\x17.runnel.v1.FetchRequest\x1a\x18.runnel.v1.FetchResponse\x12L\n" +
 	"\vListOffsets\x12\x1d.runnel.v1.ListOffsetsRequest\x1a\x1e.runnel.v1.ListOffsetsResponse\x12C\n" +
 	"\bMetadata\x12\x1a.runnel.v1.MetadataRequest\x1a\x1b.runnel.v1.MetadataResponse\x12U\n" +
-	"\x0eInitProducerId\x12 .runnel.v1.InitProducerIdRequest\x1a!.runnel.v1.InitProducerIdResponse2\xfc\x03\n" +
+	"\x0eInitProducerId\x12 .runnel.v1.InitProducerIdRequest\x1a!.runnel.v1.InitProducerIdResponse2\xdf\x04\n" +
 	"\x05Admin\x12O\n" +
 	"\fCreateTopics\x12\x1e.runnel.v1.CreateTopicsRequest\x1a\x1f.runnel.v1.CreateTopicsResponse\x12O\n" +
 	"\fDeleteTopics\x12\x1e.runnel.v1.DeleteTopicsRequest\x1a\x1f.runnel.v1.DeleteTopicsResponse\x12I\n" +
@@ -3344,7 +3579,8 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"ListTopics\x12\x1c.runnel.v1.ListTopicsRequest\x1a\x1d.runnel.v1.ListTopicsResponse\x12U\n" +
 	"\x0eDescribeTopics\x12 .runnel.v1.DescribeTopicsRequest\x1a!.runnel.v1.DescribeTopicsResponse\x12^\n" +
 	"\x11AlterTopicConfigs\x12#.runnel.v1.AlterTopicConfigsRequest\x1a$.runnel.v1.AlterTopicConfigsResponse\x12O\n" +
-	"\fElectLeaders\x12\x1e.runnel.v1.ElectLeadersRequest\x1a\x1f.runnel.v1.ElectLeadersResponseB4Z2github.com/runnel-io/runnel/api/runnel/v1;runnelv1b\x06proto3"
+	"\fElectLeaders\x12\x1e.runnel.v1.ElectLeadersRequest\x1a\x1f.runnel.v1.ElectLeadersResponse\x12a\n" +
+	"\x12ReassignPartitions\x12$.runnel.v1.ReassignPartitionsRequest\x1a%.runnel.v1.ReassignPartitionsResponseB4Z2github.com/runnel-io/runnel/api/runnel/v1;runnelv1b\x06proto3"
 
 var (
 	file_runnel_v1_runnel_proto_rawDescOnce sync.Once
@@ -3359,62 +3595,66 @@ func file_runnel_v1_runnel_proto_rawDescGZIP() []byte {
 }
 
 var file_runnel_v1_runnel_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_runnel_v1_runnel_proto_goTypes = []any{
-	(ErrorCode)(0),                     // 0: runnel.v1.ErrorCode
-	(Acks)(0),                          // 1: runnel.v1.Acks
-	(IsolationLevel)(0),                // 2: runnel.v1.IsolationLevel
-	(OffsetSpec)(0),                    // 3: runnel.v1.OffsetSpec
-	(*ErrorInfo)(nil),                  // 4: runnel.v1.ErrorInfo
-	(*ProduceRequest)(nil),             // 5: runnel.v1.ProduceRequest
-	(*ProducePartition)(nil),           // 6: runnel.v1.ProducePartition
-	(*InitProducerIdRequest)(nil),      // 7: runnel.v1.InitProducerIdRequest
-	(*InitProducerIdResponse)(nil),     // 8: runnel.v1.InitProducerIdResponse
-	(*ProduceResponse)(nil),            // 9: runnel.v1.ProduceResponse
-	(*ProducePartitionResult)(nil),     // 10: runnel.v1.ProducePartitionResult
-	(*FetchRequest)(nil),               // 11: runnel.v1.FetchRequest
-	(*FetchPartition)(nil),             // 12: runnel.v1.FetchPartition
-	(*FetchResponse)(nil),              // 13: runnel.v1.FetchResponse
-	(*FetchPartitionResult)(nil),       // 14: runnel.v1.FetchPartitionResult
-	(*ListOffsetsRequest)(nil),         // 15: runnel.v1.ListOffsetsRequest
-	(*ListOffsetsPartition)(nil),       // 16: runnel.v1.ListOffsetsPartition
-	(*ListOffsetsResponse)(nil),        // 17: runnel.v1.ListOffsetsResponse
-	(*ListOffsetsPartitionResult)(nil), // 18: runnel.v1.ListOffsetsPartitionResult
-	(*MetadataRequest)(nil),            // 19: runnel.v1.MetadataRequest
-	(*MetadataResponse)(nil),           // 20: runnel.v1.MetadataResponse
-	(*Broker)(nil),                     // 21: runnel.v1.Broker
-	(*TopicMetadata)(nil),              // 22: runnel.v1.TopicMetadata
-	(*PartitionMetadata)(nil),          // 23: runnel.v1.PartitionMetadata
-	(*ElectLeadersRequest)(nil),        // 24: runnel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),       // 25: runnel.v1.ElectLeadersResponse
-	(*PartitionLeader)(nil),            // 26: runnel.v1.PartitionLeader
-	(*CreateTopicsRequest)(nil),        // 27: runnel.v1.CreateTopicsRequest
-	(*NewTopic)(nil),                   // 28: runnel.v1.NewTopic
-	(*CreateTopicsResponse)(nil),       // 29: runnel.v1.CreateTopicsResponse
-	(*TopicResult)(nil),                // 30: runnel.v1.TopicResult
-	(*DeleteTopicsRequest)(nil),        // 31: runnel.v1.DeleteTopicsRequest
-	(*DeleteTopicsResponse)(nil),       // 32: runnel.v1.DeleteTopicsResponse
-	(*ListTopicsRequest)(nil),          // 33: runnel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),         // 34: runnel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),               // 35: runnel.v1.TopicSummary
-	(*DescribeTopicsRequest)(nil),      // 36: runnel.v1.DescribeTopicsRequest
-	(*DescribeTopicsResponse)(nil),     // 37: runnel.v1.DescribeTopicsResponse
-	(*TopicDescription)(nil),           // 38: runnel.v1.TopicDescription
-	(*ConfigEntry)(nil),                // 39: runnel.v1.ConfigEntry
-	(*PartitionDescription)(nil),       // 40: runnel.v1.PartitionDescription
-	(*PartitionStats)(nil),             // 41: runnel.v1.PartitionStats
-	(*PartitionRate)(nil),              // 42: runnel.v1.PartitionRate
-	(*AlterTopicConfigsRequest)(nil),   // 43: runnel.v1.AlterTopicConfigsRequest
-	(*AlterTopicConfigsResponse)(nil),  // 44: runnel.v1.AlterTopicConfigsResponse
-	nil,                                // 45: runnel.v1.ProducePartition.TraceContextEntry
-	nil,                                // 46: runnel.v1.NewTopic.ConfigsEntry
-	nil,                                // 47: runnel.v1.AlterTopicConfigsRequest.SetEntry
+	(ErrorCode)(0),                      // 0: runnel.v1.ErrorCode
+	(Acks)(0),                           // 1: runnel.v1.Acks
+	(IsolationLevel)(0),                 // 2: runnel.v1.IsolationLevel
+	(OffsetSpec)(0),                     // 3: runnel.v1.OffsetSpec
+	(*ErrorInfo)(nil),                   // 4: runnel.v1.ErrorInfo
+	(*ProduceRequest)(nil),              // 5: runnel.v1.ProduceRequest
+	(*ProducePartition)(nil),            // 6: runnel.v1.ProducePartition
+	(*InitProducerIdRequest)(nil),       // 7: runnel.v1.InitProducerIdRequest
+	(*InitProducerIdResponse)(nil),      // 8: runnel.v1.InitProducerIdResponse
+	(*ProduceResponse)(nil),             // 9: runnel.v1.ProduceResponse
+	(*ProducePartitionResult)(nil),      // 10: runnel.v1.ProducePartitionResult
+	(*FetchRequest)(nil),                // 11: runnel.v1.FetchRequest
+	(*FetchPartition)(nil),              // 12: runnel.v1.FetchPartition
+	(*FetchResponse)(nil),               // 13: runnel.v1.FetchResponse
+	(*FetchPartitionResult)(nil),        // 14: runnel.v1.FetchPartitionResult
+	(*ListOffsetsRequest)(nil),          // 15: runnel.v1.ListOffsetsRequest
+	(*ListOffsetsPartition)(nil),        // 16: runnel.v1.ListOffsetsPartition
+	(*ListOffsetsResponse)(nil),         // 17: runnel.v1.ListOffsetsResponse
+	(*ListOffsetsPartitionResult)(nil),  // 18: runnel.v1.ListOffsetsPartitionResult
+	(*MetadataRequest)(nil),             // 19: runnel.v1.MetadataRequest
+	(*MetadataResponse)(nil),            // 20: runnel.v1.MetadataResponse
+	(*Broker)(nil),                      // 21: runnel.v1.Broker
+	(*TopicMetadata)(nil),               // 22: runnel.v1.TopicMetadata
+	(*PartitionMetadata)(nil),           // 23: runnel.v1.PartitionMetadata
+	(*ReassignPartitionsRequest)(nil),   // 24: runnel.v1.ReassignPartitionsRequest
+	(*PartitionReassignment)(nil),       // 25: runnel.v1.PartitionReassignment
+	(*ReassignPartitionsResponse)(nil),  // 26: runnel.v1.ReassignPartitionsResponse
+	(*PartitionReassignmentResult)(nil), // 27: runnel.v1.PartitionReassignmentResult
+	(*ElectLeadersRequest)(nil),         // 28: runnel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),        // 29: runnel.v1.ElectLeadersResponse
+	(*PartitionLeader)(nil),             // 30: runnel.v1.PartitionLeader
+	(*CreateTopicsRequest)(nil),         // 31: runnel.v1.CreateTopicsRequest
+	(*NewTopic)(nil),                    // 32: runnel.v1.NewTopic
+	(*CreateTopicsResponse)(nil),        // 33: runnel.v1.CreateTopicsResponse
+	(*TopicResult)(nil),                 // 34: runnel.v1.TopicResult
+	(*DeleteTopicsRequest)(nil),         // 35: runnel.v1.DeleteTopicsRequest
+	(*DeleteTopicsResponse)(nil),        // 36: runnel.v1.DeleteTopicsResponse
+	(*ListTopicsRequest)(nil),           // 37: runnel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),          // 38: runnel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                // 39: runnel.v1.TopicSummary
+	(*DescribeTopicsRequest)(nil),       // 40: runnel.v1.DescribeTopicsRequest
+	(*DescribeTopicsResponse)(nil),      // 41: runnel.v1.DescribeTopicsResponse
+	(*TopicDescription)(nil),            // 42: runnel.v1.TopicDescription
+	(*ConfigEntry)(nil),                 // 43: runnel.v1.ConfigEntry
+	(*PartitionDescription)(nil),        // 44: runnel.v1.PartitionDescription
+	(*PartitionStats)(nil),              // 45: runnel.v1.PartitionStats
+	(*PartitionRate)(nil),               // 46: runnel.v1.PartitionRate
+	(*AlterTopicConfigsRequest)(nil),    // 47: runnel.v1.AlterTopicConfigsRequest
+	(*AlterTopicConfigsResponse)(nil),   // 48: runnel.v1.AlterTopicConfigsResponse
+	nil,                                 // 49: runnel.v1.ProducePartition.TraceContextEntry
+	nil,                                 // 50: runnel.v1.NewTopic.ConfigsEntry
+	nil,                                 // 51: runnel.v1.AlterTopicConfigsRequest.SetEntry
 }
 var file_runnel_v1_runnel_proto_depIdxs = []int32{
 	0,  // 0: runnel.v1.ErrorInfo.code:type_name -> runnel.v1.ErrorCode
 	1,  // 1: runnel.v1.ProduceRequest.acks:type_name -> runnel.v1.Acks
 	6,  // 2: runnel.v1.ProduceRequest.partitions:type_name -> runnel.v1.ProducePartition
-	45, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
+	49, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
 	10, // 4: runnel.v1.ProduceResponse.partitions:type_name -> runnel.v1.ProducePartitionResult
 	4,  // 5: runnel.v1.ProducePartitionResult.error:type_name -> runnel.v1.ErrorInfo
 	2,  // 6: runnel.v1.FetchRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
@@ -3431,51 +3671,56 @@ var file_runnel_v1_runnel_proto_depIdxs = []int32{
 	4,  // 17: runnel.v1.TopicMetadata.error:type_name -> runnel.v1.ErrorInfo
 	23, // 18: runnel.v1.TopicMetadata.partitions:type_name -> runnel.v1.PartitionMetadata
 	4,  // 19: runnel.v1.PartitionMetadata.error:type_name -> runnel.v1.ErrorInfo
-	26, // 20: runnel.v1.ElectLeadersResponse.moved:type_name -> runnel.v1.PartitionLeader
-	28, // 21: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
-	46, // 22: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
-	30, // 23: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	4,  // 24: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
-	30, // 25: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	35, // 26: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
-	38, // 27: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
-	4,  // 28: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
-	39, // 29: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
-	40, // 30: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
-	41, // 31: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
-	42, // 32: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
-	42, // 33: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
-	47, // 34: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
-	39, // 35: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
-	5,  // 36: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
-	5,  // 37: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
-	11, // 38: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
-	15, // 39: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
-	19, // 40: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
-	7,  // 41: runnel.v1.Records.InitProducerId:input_type -> runnel.v1.InitProducerIdRequest
-	27, // 42: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
-	31, // 43: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
-	33, // 44: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
-	36, // 45: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
-	43, // 46: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
-	24, // 47: runnel.v1.Admin.ElectLeaders:input_type -> runnel.v1.ElectLeadersRequest
-	9,  // 48: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
-	9,  // 49: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
-	13, // 50: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
-	17, // 51: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
-	20, // 52: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
-	8,  // 53: runnel.v1.Records.InitProducerId:output_type -> runnel.v1.InitProducerIdResponse
-	29, // 54: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
-	32, // 55: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
-	34, // 56: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
-	37, // 57: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
-	44, // 58: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
-	25, // 59: runnel.v1.Admin.ElectLeaders:output_type -> runnel.v1.ElectLeadersResponse
-	48, // [48:60] is the sub-list for method output_type
-	36, // [36:48] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	25, // 20: runnel.v1.ReassignPartitionsRequest.partitions:type_name -> runnel.v1.PartitionReassignment
+	27, // 21: runnel.v1.ReassignPartitionsResponse.partitions:type_name -> runnel.v1.PartitionReassignmentResult
+	4,  // 22: runnel.v1.PartitionReassignmentResult.error:type_name -> runnel.v1.ErrorInfo
+	30, // 23: runnel.v1.ElectLeadersResponse.moved:type_name -> runnel.v1.PartitionLeader
+	32, // 24: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
+	50, // 25: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
+	34, // 26: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	4,  // 27: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
+	34, // 28: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	39, // 29: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
+	42, // 30: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
+	4,  // 31: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
+	43, // 32: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
+	44, // 33: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
+	45, // 34: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
+	46, // 35: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
+	46, // 36: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
+	51, // 37: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
+	43, // 38: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
+	5,  // 39: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
+	5,  // 40: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
+	11, // 41: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
+	15, // 42: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
+	19, // 43: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
+	7,  // 44: runnel.v1.Records.InitProducerId:input_type -> runnel.v1.InitProducerIdRequest
+	31, // 45: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
+	35, // 46: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
+	37, // 47: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
+	40, // 48: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
+	47, // 49: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
+	28, // 50: runnel.v1.Admin.ElectLeaders:input_type -> runnel.v1.ElectLeadersRequest
+	24, // 51: runnel.v1.Admin.ReassignPartitions:input_type -> runnel.v1.ReassignPartitionsRequest
+	9,  // 52: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
+	9,  // 53: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
+	13, // 54: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
+	17, // 55: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
+	20, // 56: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
+	8,  // 57: runnel.v1.Records.InitProducerId:output_type -> runnel.v1.InitProducerIdResponse
+	33, // 58: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
+	36, // 59: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
+	38, // 60: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
+	41, // 61: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
+	48, // 62: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
+	29, // 63: runnel.v1.Admin.ElectLeaders:output_type -> runnel.v1.ElectLeadersResponse
+	26, // 64: runnel.v1.Admin.ReassignPartitions:output_type -> runnel.v1.ReassignPartitionsResponse
+	52, // [52:65] is the sub-list for method output_type
+	39, // [39:52] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_runnel_v1_runnel_proto_init() }
@@ -3491,7 +3736,7 @@ func file_runnel_v1_runnel_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_runnel_proto_rawDesc), len(file_runnel_v1_runnel_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   44,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

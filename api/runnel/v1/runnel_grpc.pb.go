@@ -346,12 +346,13 @@ var Records_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Admin_CreateTopics_FullMethodName      = "/runnel.v1.Admin/CreateTopics"
-	Admin_DeleteTopics_FullMethodName      = "/runnel.v1.Admin/DeleteTopics"
-	Admin_ListTopics_FullMethodName        = "/runnel.v1.Admin/ListTopics"
-	Admin_DescribeTopics_FullMethodName    = "/runnel.v1.Admin/DescribeTopics"
-	Admin_AlterTopicConfigs_FullMethodName = "/runnel.v1.Admin/AlterTopicConfigs"
-	Admin_ElectLeaders_FullMethodName      = "/runnel.v1.Admin/ElectLeaders"
+	Admin_CreateTopics_FullMethodName       = "/runnel.v1.Admin/CreateTopics"
+	Admin_DeleteTopics_FullMethodName       = "/runnel.v1.Admin/DeleteTopics"
+	Admin_ListTopics_FullMethodName         = "/runnel.v1.Admin/ListTopics"
+	Admin_DescribeTopics_FullMethodName     = "/runnel.v1.Admin/DescribeTopics"
+	Admin_AlterTopicConfigs_FullMethodName  = "/runnel.v1.Admin/AlterTopicConfigs"
+	Admin_ElectLeaders_FullMethodName       = "/runnel.v1.Admin/ElectLeaders"
+	Admin_ReassignPartitions_FullMethodName = "/runnel.v1.Admin/ReassignPartitions"
 )
 
 // AdminClient is the client API for Admin service.
@@ -369,6 +370,10 @@ type AdminClient interface {
 	// replica list) where it is alive and in sync and leads nothing of it now (Kafka's preferred leader
 	// election, kafka-leader-election --election-type PREFERRED).
 	ElectLeaders(ctx context.Context, in *ElectLeadersRequest, opts ...grpc.CallOption) (*ElectLeadersResponse, error)
+	// ReassignPartitions starts moving partitions to new replica lists (KIP-455): the new replicas copy
+	// the log as followers, and once all are in sync the old ones are dropped and leadership moves to a
+	// new replica if needed. The call answers once each move has started; topic describe shows progress.
+	ReassignPartitions(ctx context.Context, in *ReassignPartitionsRequest, opts ...grpc.CallOption) (*ReassignPartitionsResponse, error)
 }
 
 type adminClient struct {
@@ -439,6 +444,16 @@ func (c *adminClient) ElectLeaders(ctx context.Context, in *ElectLeadersRequest,
 	return out, nil
 }
 
+func (c *adminClient) ReassignPartitions(ctx context.Context, in *ReassignPartitionsRequest, opts ...grpc.CallOption) (*ReassignPartitionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReassignPartitionsResponse)
+	err := c.cc.Invoke(ctx, Admin_ReassignPartitions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -454,6 +469,10 @@ type AdminServer interface {
 	// replica list) where it is alive and in sync and leads nothing of it now (Kafka's preferred leader
 	// election, kafka-leader-election --election-type PREFERRED).
 	ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error)
+	// ReassignPartitions starts moving partitions to new replica lists (KIP-455): the new replicas copy
+	// the log as followers, and once all are in sync the old ones are dropped and leadership moves to a
+	// new replica if needed. The call answers once each move has started; topic describe shows progress.
+	ReassignPartitions(context.Context, *ReassignPartitionsRequest) (*ReassignPartitionsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -481,6 +500,9 @@ func (UnimplementedAdminServer) AlterTopicConfigs(context.Context, *AlterTopicCo
 }
 func (UnimplementedAdminServer) ElectLeaders(context.Context, *ElectLeadersRequest) (*ElectLeadersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ElectLeaders not implemented")
+}
+func (UnimplementedAdminServer) ReassignPartitions(context.Context, *ReassignPartitionsRequest) (*ReassignPartitionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReassignPartitions not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -611,6 +633,24 @@ func _Admin_ElectLeaders_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ReassignPartitions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReassignPartitionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ReassignPartitions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ReassignPartitions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ReassignPartitions(ctx, req.(*ReassignPartitionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -641,6 +681,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ElectLeaders",
 			Handler:    _Admin_ElectLeaders_Handler,
+		},
+		{
+			MethodName: "ReassignPartitions",
+			Handler:    _Admin_ReassignPartitions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
