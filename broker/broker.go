@@ -53,6 +53,10 @@ type Config struct {
 	// ReplicaLagTimeMax is how long a follower may go without catching up before the leader drops it
 	// from the ISR (Kafka's replica.lag.time.max.ms; default DefaultReplicaLagTimeMax).
 	ReplicaLagTimeMax time.Duration
+	// ReplicationThrottle caps, in bytes per second, what this broker as leader sends to followers that are
+	// not in the ISR: replicas catching up after a restart or copying a partition moved to them (Kafka's
+	// leader.replication.throttled.rate). 0: no cap. In-sync followers are never throttled.
+	ReplicationThrottle int64
 	// ControllerVoters is the number of controller voters, each a broker too: the fewest brokers the
 	// cluster will have, so internal topics wait for them before choosing a replication factor.
 	ControllerVoters int

@@ -93,11 +93,19 @@ func (b *Broker) ReplicaFetch(ctx context.Context, req *runnelv1.ReplicaFetchReq
 				}
 				limit = 1
 			}
+			throttled, capBytes := b.repl.throttled(r, req.ReplicaId)
+			if throttled {
+				continue // a catching-up follower over the replication throttle: nothing this time
+			}
+			if capBytes > 0 {
+				limit = min(limit, capBytes) // one answer at most a bucket's worth, all of it charged
+			}
 			recs, err := r.log.ReadLocal(nil, fp.FetchOffset, limit)
 			if err != nil {
 				res.Error, anyErr = rerr.ToInfo(storeErr(fp.Topic, fp.Partition, err)), true
 				continue
 			}
+			b.repl.charge(r, req.ReplicaId, len(recs))
 			res.Records = recs
 			total += len(recs)
 		}

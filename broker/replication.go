@@ -12,6 +12,7 @@ import (
 	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/client/telemetry"
+	"golang.org/x/time/rate"
 )
 
 // replication is the broker's replica manager: it follows the metadata to give each replicated
@@ -20,8 +21,9 @@ import (
 // ReplicaManager and AlterPartition, KIP-497). Partitions with one replica are not replicated: their
 // high watermark is their durable end, as on a single node.
 type replication struct {
-	b      *Broker
-	lagMax time.Duration
+	b        *Broker
+	lagMax   time.Duration
+	throttle *rate.Limiter // bytes/s sent to followers out of the ISR; nil: none
 
 	mu       sync.Mutex
 	parts    map[plog.PartitionID]*replica
@@ -33,7 +35,11 @@ func newReplication(b *Broker) *replication {
 	if lag <= 0 {
 		lag = DefaultReplicaLagTimeMax
 	}
-	return &replication{b: b, lagMax: lag, parts: map[plog.PartitionID]*replica{}, fetchers: map[int32]*fetcher{}}
+	rm := &replication{b: b, lagMax: lag, parts: map[plog.PartitionID]*replica{}, fetchers: map[int32]*fetcher{}}
+	if t := b.cfg.ReplicationThrottle; t > 0 {
+		rm.throttle = rate.NewLimiter(rate.Limit(t), int(min(t, 64<<20)))
+	}
+	return rm
 }
 
 // get returns the replica state of a replicated partition held here, or nil.
@@ -271,6 +277,36 @@ func (rm *replication) alterISR(r *replica, cmd meta.Command, shrink bool, why s
 	}
 	rm.b.tel.ISRChanged(r.topic, r.partition, shrink)
 	rm.b.log.Info("ISR changed", "topic", r.topic, "partition", r.partition, "isr", cmd.ISR, "reason", why)
+}
+
+// throttled reports whether a replica fetch of r by follower id must wait for the throttle (the
+// follower is out of the ISR, catching up, and the bytes sent to such followers used up the rate for
+// now), and otherwise the most bytes to send it (0: no cap).
+func (rm *replication) throttled(r *replica, id int32) (bool, int) {
+	if rm.throttle == nil {
+		return false, 0
+	}
+	r.mu.Lock()
+	inSync := slices.Contains(r.isr, id)
+	r.mu.Unlock()
+	if inSync {
+		return false, 0
+	}
+	return rm.throttle.Tokens() < 1, rm.throttle.Burst()
+}
+
+// charge counts n bytes sent to follower id of r against the throttle when it is out of the ISR; the
+// bucket may go into debt, which later fetches wait out.
+func (rm *replication) charge(r *replica, id int32, n int) {
+	if rm.throttle == nil || n == 0 {
+		return
+	}
+	r.mu.Lock()
+	inSync := slices.Contains(r.isr, id)
+	r.mu.Unlock()
+	if !inSync {
+		rm.throttle.ReserveN(time.Now(), min(n, rm.throttle.Burst())) // n is at most the burst (throttled)
+	}
 }
 
 // followerLags returns, for every partition led here, how far each follower is behind the leader's

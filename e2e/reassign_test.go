@@ -16,15 +16,32 @@ import (
 // brokers; the new replicas copy the log before the old ones go, so every record stays readable, and
 // node 4 ends up holding and leading nothing. Then `runnel topic reassign` moves one partition back.
 func TestDecommissionMovesData(t *testing.T) {
-	c := startCluster(t, 4, 1)
+	// Every leader sends followers out of the ISR at most throttle bytes/s (the bucket holds one second).
+	const throttle = 64 << 10
+	c := newCluster(t, 4, 1)
+	for id := int32(1); id <= 4; id++ {
+		c.nodes[id].extraArgs = []string{"--replication-throttle", fmt.Sprint(throttle)}
+		c.start(id)
+	}
+	c.waitReady(45*time.Second, 1, 2, 3, 4)
 	adm := c.admin()
 	ctx := context.Background()
 	if _, err := adm.CreateTopic(ctx, "moving", 4, 2, nil); err != nil {
 		t.Fatal(err)
 	}
-	const n = 5000
+	const n = 50000
 	if err := produceAll(t, c.grpcAddrs(), "moving", n); err != nil {
 		t.Fatal(err)
+	}
+	before, err := adm.DescribeTopic(ctx, "moving")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moving int64 // bytes that must be copied: the partitions with a replica on node 4
+	for _, p := range before.Partitions {
+		if slices.Contains(p.Replicas, 4) {
+			moving += p.SizeBytes
+		}
 	}
 	cli := func(args ...string) string {
 		t.Helper()
@@ -34,9 +51,10 @@ func TestDecommissionMovesData(t *testing.T) {
 		}
 		return string(out)
 	}
+	started := time.Now()
 	out := cli("cluster", "decommission", "4")
 	t.Logf("decommission:\n%s", out)
-	waitFor(t, 60*time.Second, "every replica moved off node 4", func() error {
+	waitFor(t, 90*time.Second, "every replica moved off node 4", func() error {
 		d, err := adm.DescribeTopic(ctx, "moving")
 		if err != nil {
 			return err
@@ -51,6 +69,13 @@ func TestDecommissionMovesData(t *testing.T) {
 		}
 		return nil
 	})
+	took := time.Since(started)
+	// At most 3 leaders sent the copies, each at most a bucket (one second's worth) plus the rate: the
+	// move cannot have been faster than that. (A lower bound: a slow machine only makes it longer.)
+	if floor := time.Duration(float64(moving-3*throttle) / float64(3*throttle) * float64(time.Second)); took < floor {
+		t.Fatalf("%d bytes copied in %v under a %d B/s throttle per leader: faster than the %v it allows", moving, took, throttle, floor)
+	}
+	t.Logf("decommission copied %d bytes in %v under a %d B/s replication throttle per leader", moving, took.Round(time.Millisecond), throttle)
 	if got := countAll(t, c.grpcAddrs(1, 2, 3), "moving"); got != n {
 		t.Fatalf("after the decommission %d records are readable, want %d", got, n)
 	}

@@ -49,6 +49,10 @@ type Config struct {
 	// ReplicaLagTimeMax is how long a follower may go without catching up with its leader before the
 	// leader removes it from the ISR (Kafka's replica.lag.time.max.ms; default 10s).
 	ReplicaLagTimeMax time.Duration
+	// ReplicationThrottle caps the bytes per second this broker as leader sends to followers out of the
+	// ISR (catching up, or copying a reassigned partition); 0: no cap (Kafka's
+	// leader.replication.throttled.rate).
+	ReplicationThrottle int64
 	// BrokerHeartbeatInterval and BrokerSessionTimeout: how often this broker heartbeats to the
 	// controller leader, and how long the leader waits for one before fencing a broker (defaults 500ms
 	// and 3s; Kafka's broker.heartbeat.interval.ms and broker.session.timeout.ms).
@@ -141,6 +145,9 @@ func (c Config) Validate() error {
 		if _, err := membership.ParseKey(c.GossipKey); err != nil {
 			return err
 		}
+	}
+	if c.ReplicationThrottle < 0 {
+		return fmt.Errorf("replication throttle %d: 0 (none) or more bytes/s", c.ReplicationThrottle)
 	}
 	if c.ReplicaLagTimeMax < 100*time.Millisecond {
 		return fmt.Errorf("replica lag time max %v: at least 100ms", c.ReplicaLagTimeMax)

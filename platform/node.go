@@ -128,7 +128,7 @@ func (n *Node) Start() (err error) {
 		HeartbeatInterval: n.cfg.BrokerHeartbeatInterval, SessionTimeout: n.cfg.BrokerSessionTimeout, Logger: n.log,
 	}, n.fsm, n.quorum, n.memb)
 	if n.broker, err = broker.New(broker.Config{NodeID: n.cfg.NodeID, AdvertisedAddr: adv, Rack: n.cfg.Rack,
-		RetentionCheckInterval: n.cfg.RetentionCheckInterval, ControllerVoters: len(voters), ReplicaLagTimeMax: n.cfg.ReplicaLagTimeMax, Telemetry: n.tel.brokerTelemetry()}, n.store, n.ctl, n.log); err != nil {
+		RetentionCheckInterval: n.cfg.RetentionCheckInterval, ControllerVoters: len(voters), ReplicaLagTimeMax: n.cfg.ReplicaLagTimeMax, ReplicationThrottle: n.cfg.ReplicationThrottle, Telemetry: n.tel.brokerTelemetry()}, n.store, n.ctl, n.log); err != nil {
 		return err
 	}
 	if n.groups, err = broker.NewGroupCoordinator(n.broker, n.cfg.Groups, n.log); err != nil {

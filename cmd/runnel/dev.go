@@ -134,6 +134,7 @@ from --gossip-key-file or the RUNNEL_GOSSIP_KEY variable, never a flag, so it st
 	fs.StringVar(&f.cfg.Rack, "rack", "", "this node's rack; replicas of a partition go to different racks")
 	fs.StringVar(&f.cfg.AdvertisedGRPCAddr, "advertise-grpc-addr", "", "gRPC host:port clients are told to use (default: the bound --grpc-addr)")
 	fs.DurationVar(&f.cfg.ReplicaLagTimeMax, "replica-lag-time-max", f.cfg.ReplicaLagTimeMax, "how long a follower may lag before its leader drops it from the ISR (Kafka's replica.lag.time.max.ms)")
+	fs.Int64Var(&f.cfg.ReplicationThrottle, "replication-throttle", 0, "bytes/s this broker as leader sends to followers out of the ISR (catching up or copying a reassigned partition); 0: no cap")
 	fs.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip encryption key (default: $RUNNEL_GOSSIP_KEY)")
 	return cmd
 }
