@@ -2,7 +2,8 @@
 # Benchmark a 3-node cluster on this machine (the issue's replication figure): three `runnel server`
 # processes (all controller voters), a topic with replication factor 3 and min.insync.replicas=2,
 # then `runnel bench produce --acks all` with 100-byte records: records/s and the produce latency
-# percentiles. Then the same at half that rate, where latency means something (below saturation).
+# percentiles, with the SDK's default producer settings and with lz4 and a 20 ms linger. Each is then run
+# again at half its rate, where latency means something (below saturation).
 #
 # Knobs (environment): COUNT records (default 3000000), PARTITIONS (default 6), PRODUCERS (default 2),
 # BENCH_FLAGS extra flags for `runnel bench produce`, NODE_FLAGS extra flags for `runnel server`.
@@ -49,18 +50,23 @@ echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048
 for i in 1 2 3; do # every node has applied the new topic
 	until "$RUNNEL" topic describe bench-rf3 --brokers "127.0.0.1:17${i}70" >/dev/null 2>&1; do sleep 0.1; done
 done
-echo
-echo "== runnel bench produce --acks all, replication factor 3 (${COUNT} records of 100 bytes, $PRODUCERS producers)"
-# shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
-out=$("$RUNNEL" bench produce --brokers "$brokers" --topic bench-rf3 --acks all --size 100 --count "$COUNT" \
-	--producers "$PRODUCERS" -q ${BENCH_FLAGS:-} -o json)
-echo "$out"
-rate=$(sed -n 's/.*"records_per_sec":\([0-9.]*\).*/\1/p' <<<"$out" | cut -d. -f1)
-if [[ -n $rate && $rate -gt 0 ]]; then
-	half=$((rate / 2))
+# Two producer settings: the SDK's defaults (no compression, 5 ms linger), and lz4 with a 20 ms linger,
+# which sends fewer, smaller batches (fewer appends, fsyncs and follower fetches per record).
+for setting in "none 5ms" "lz4 20ms"; do
+	read -r compression linger <<<"$setting"
 	echo
-	echo "== the same at half that rate ($half records/s): latency below saturation"
-	# shellcheck disable=SC2086
-	"$RUNNEL" bench produce --brokers "$brokers" --topic bench-rf3 --acks all --size 100 --duration 15s --rate "$half" \
-		--producers "$PRODUCERS" -q ${BENCH_FLAGS:-}
-fi
+	echo "== runnel bench produce --acks all --compression $compression --linger $linger, replication factor 3 (${COUNT} records of 100 bytes, $PRODUCERS producers)"
+	# shellcheck disable=SC2086 # BENCH_FLAGS is a list of flags
+	out=$("$RUNNEL" bench produce --brokers "$brokers" --topic bench-rf3 --acks all --size 100 --count "$COUNT" \
+		--compression "$compression" --linger "$linger" --producers "$PRODUCERS" -q ${BENCH_FLAGS:-} -o json)
+	echo "$out"
+	rate=$(sed -n 's/.*"records_per_sec":\([0-9.]*\).*/\1/p' <<<"$out" | cut -d. -f1)
+	if [[ -n $rate && $rate -gt 0 ]]; then
+		half=$((rate / 2))
+		echo
+		echo "== the same at half that rate ($half records/s): latency below saturation"
+		# shellcheck disable=SC2086
+		"$RUNNEL" bench produce --brokers "$brokers" --topic bench-rf3 --acks all --size 100 --duration 15s --rate "$half" \
+			--compression "$compression" --linger "$linger" --producers "$PRODUCERS" -q ${BENCH_FLAGS:-}
+	fi
+done
