@@ -537,10 +537,6 @@ func (g *GroupConsumer) Close() error {
 	started := g.started
 	g.mu.Unlock()
 	wake(g.eventCh) // a Poll waiting returns ErrClosed
-	g.hbCancel()
-	if started {
-		<-g.hbDone
-	}
 	g.resolvers.Wait()
 
 	var errs []error
@@ -556,12 +552,19 @@ func (g *GroupConsumer) Close() error {
 	g.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.consumer.common.requestTimeout)
 	defer cancel()
-	if member {
-		if g.cfg.autoCommit && len(keys) > 0 {
-			if err := g.commit(ctx, g.snapshot(true, keys)); err != nil {
-				errs = append(errs, fmt.Errorf("final commit of group %q: %w", g.group, err))
-			}
+	// The final commit goes while the heartbeats still run, as Kafka's consumer does on close: if the
+	// group moved the member's epoch meanwhile, a heartbeat brings the new one and the commit's retry
+	// carries it (with the heartbeats stopped it would stay STALE_MEMBER_EPOCH to the end).
+	if member && g.cfg.autoCommit && len(keys) > 0 {
+		if err := g.commit(ctx, g.snapshot(true, keys)); err != nil {
+			errs = append(errs, fmt.Errorf("final commit of group %q: %w", g.group, err))
 		}
+	}
+	g.hbCancel()
+	if started {
+		<-g.hbDone
+	}
+	if member {
 		if g.cfg.onRevoked != nil && len(list) > 0 {
 			g.cfg.onRevoked(g.ctx, g, list)
 		}

@@ -24,6 +24,12 @@ stop_nodes() {
 trap stop_nodes EXIT
 
 # Ports below the ephemeral range: grpc 17x70, http 17x71, raft 17x72, serf 17x73 for node x.
+for i in 1 2 3; do
+	if curl -s -o /dev/null "http://127.0.0.1:17${i}71/readyz" 2>/dev/null; then
+		echo "port 127.0.0.1:17${i}71 already answers: another cluster uses the ports 17x70-17x73; stop it first" >&2
+		exit 1
+	fi
+done
 voters="1@127.0.0.1:17172,2@127.0.0.1:17272,3@127.0.0.1:17372"
 join="127.0.0.1:17173,127.0.0.1:17273,127.0.0.1:17373"
 for i in 1 2 3; do
@@ -37,8 +43,8 @@ brokers="127.0.0.1:17170,127.0.0.1:17270,127.0.0.1:17370"
 deadline=$((SECONDS + 60))
 for i in 1 2 3; do
 	until curl -fs "http://127.0.0.1:17${i}71/readyz" >/dev/null 2>&1; do
-		if ((SECONDS > deadline)); then
-			echo "node $i not ready within 60 s; its log:" >&2
+		if ! kill -0 "${PIDS[$((i - 1))]}" 2>/dev/null || ((SECONDS > deadline)); then
+			echo "node $i exited or was not ready within 60 s; its log:" >&2
 			cat "$DIR/node-$i.log" >&2
 			exit 1
 		fi
