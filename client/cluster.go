@@ -282,7 +282,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // retry calls fn until it returns nil or a non-retriable error, waiting backoff between attempts. The
 // whole loop is bounded by ctx and by the request timeout (Kafka's admin clients bound a call with its
-// retries the same way), and each attempt by a third of it (at least a second). It returns the last error, or, when the
+// retries the same way), and each attempt gets what remains. It returns the last error, or, when the
 // time ran out during an attempt, the one before (a "deadline exceeded" says less than why the earlier
 // attempts failed), with the number of attempts when there were several.
 func (c *cluster) retry(ctx context.Context, fn func(ctx context.Context) error) error {
@@ -290,17 +290,7 @@ func (c *cluster) retry(ctx context.Context, fn func(ctx context.Context) error)
 	defer cancel()
 	var prev error
 	for attempt := 0; ; attempt++ {
-		// Each attempt gets a third of the timeout (at least a second): a broker that accepts
-		// connections but does not answer (paused, overloaded) must not use up all of it, so the next
-		// attempt can go to another broker (Kafka bounds each attempt by request.timeout.ms and the
-		// whole call by default.api.timeout.ms the same way).
-		perAttempt := max(c.cfg.requestTimeout/3, time.Second)
-		actx, acancel := context.WithTimeout(ctx, perAttempt)
-		err := fn(actx)
-		if err != nil && actx.Err() != nil && ctx.Err() == nil {
-			err = rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "no answer within %v (one attempt): %v", perAttempt, err)
-		}
-		acancel()
+		err := fn(ctx)
 		if err == nil {
 			return nil
 		}
