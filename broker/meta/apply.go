@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/runnel-io/runnel/api/rerr"
@@ -334,7 +335,7 @@ func (m *Image) alterPartition(cmd Command) Result {
 	switch {
 	case p.Leader != cmd.BrokerID:
 		return Result{Err: &rerr.Error{Code: runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER, LeaderID: p.Leader, LeaderEpoch: p.LeaderEpoch,
-			Message: "broker " + itoa(cmd.BrokerID) + " does not lead " + cmd.Name + "-" + itoa(cmd.Partition)}}
+			Message: fmt.Sprintf("broker %d does not lead %s-%d", cmd.BrokerID, cmd.Name, cmd.Partition)}}
 	case cmd.LeaderEpoch != p.LeaderEpoch:
 		return Result{Err: rerr.New(runnelv1.ErrorCode_FENCED_LEADER_EPOCH, "%s-%d: leader epoch %d, not %d", cmd.Name, cmd.Partition, p.LeaderEpoch, cmd.LeaderEpoch)}
 	case cmd.PartitionEpoch != p.PartitionEpoch:
@@ -478,27 +479,4 @@ func (m *Image) allocateProducerIDs(cmd Command) Result {
 	m.ProducerIDBlocks[cmd.BrokerID] = m.NextProducerID
 	m.NextProducerID += ProducerIDBlockSize
 	return Result{}
-}
-
-func itoa(n int32) string {
-	var b [12]byte
-	i := len(b)
-	neg := n < 0
-	u := int64(n)
-	if neg {
-		u = -u
-	}
-	for {
-		i--
-		b[i] = byte('0' + u%10)
-		u /= 10
-		if u == 0 {
-			break
-		}
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
 }
