@@ -879,3 +879,44 @@ func TestReadGapAfterRetention(t *testing.T) {
 		t.Fatalf("read at 2: %d bytes, %v", len(b), err)
 	}
 }
+
+// TestReadCleanerOvertakesBounds: a read takes the HW, then (before its snapshot) new versions of every
+// key are appended above it and the cleaner removes all batches from the read's offset up to that HW.
+// The read must not answer empty below the HW, which would leave a consumer stuck there (a CI failure of
+// TestCompactConcurrentReaders); it reads again with the new HW and returns the newer versions.
+func TestReadCleanerOvertakesBounds(t *testing.T) {
+	s := openStore(t, testOptions(t, false))
+	clock := useClock(s)
+	p := mustPartition(t, s, pid)
+	mustAppend(t, p, rec1(clock.now().UnixMilli(), "a", "a@1"), rollEvery) // offset 0
+	mustAppend(t, p, rec1(clock.now().UnixMilli(), "b", "b@2"), rollEvery) // offset 1
+	hooked := false
+	testHookAfterBounds = func() {
+		if hooked {
+			return
+		}
+		hooked = true
+		mustAppend(t, p, keyedBatch(clock.now().UnixMilli(), batch.CompressionNone,
+			kv{key: "a", value: "a@3"}, kv{key: "b", value: "b@4"}), rollEvery) // offsets 2-3
+		mustAppend(t, p, rec1(clock.now().UnixMilli(), "c", "c@5"), rollEvery) // offset 4, the last batch
+		clock.advance(1)
+		mustCompact(t, p, clock.now().UnixMilli(), eagerCfg)
+	}
+	t.Cleanup(func() { testHookAfterBounds = nil })
+	b, err := p.Read(nil, 1, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hooked {
+		t.Fatal("the hook did not run")
+	}
+	// The cleaner must have removed offsets 0 and 1 for the test to mean anything.
+	testHookAfterBounds = nil
+	if got, _ := readLog(t, p); len(got) != 3 || got[0].off != 2 {
+		t.Fatalf("after the clean the log holds %v, want offsets 2, 3, 4", got)
+	}
+	got := decode(t, b)
+	if len(got) == 0 || got[0].h.BaseOffset != 2 {
+		t.Fatalf("read at 1 returned %d batches (first %+v), want the batch at 2", len(got), got)
+	}
+}

@@ -385,13 +385,36 @@ func (p *Partition) snapshot(gen int64) *badger.Txn {
 }
 
 // read is Read, capped at DurableEnd instead of the HW when local (ReadLocal).
+//
+// One attempt reads one snapshot with bounds taken just before it. The snapshot may be newer than the
+// bounds: a cleaner that ran in between with a higher HW may have removed every batch of [offset, old
+// bound) because newer versions of their keys lie above the old bound. The snapshot then holds nothing
+// below the bound from offset on, which would leave a consumer stuck at offset. A cleaner always keeps
+// the last batch below the HW it saw, so such an empty answer is retried with fresh bounds; it stands
+// only when the bound did not move, where it is what the log holds.
 func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]byte, error) {
 	s := p.s
-	orig := dst // returned on errors, so a failed read leaves dst as it was
 	if err := s.acquire("read " + p.id.String()); err != nil {
 		return dst, err
 	}
 	defer s.lifeMu.RUnlock()
+	lastEnd := int64(-1)
+	for {
+		out, end, err := p.readOnce(dst, offset, maxBytes, local)
+		if err != nil || len(out) > len(dst) || offset == end || end == lastEnd {
+			return out, err
+		}
+		lastEnd = end
+	}
+}
+
+// testHookAfterBounds, when set by a test, runs in a read between taking the bounds and the snapshot:
+// the window in which a cleaner can overtake the reader.
+var testHookAfterBounds func()
+
+// readOnce is one attempt of read: it returns what it appended and the bound it read up to.
+func (p *Partition) readOnce(dst []byte, offset int64, maxBytes int, local bool) ([]byte, int64, error) {
+	orig := dst // returned on errors, so a failed read leaves dst as it was
 	bound := "high watermark"
 	if local {
 		bound = "durable end"
@@ -401,13 +424,16 @@ func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]
 	for txn == nil {
 		gen, gone, start, end := p.bounds(local)
 		if gone != nil {
-			return orig, p.check("read")
+			return orig, end, p.check("read")
 		}
 		if offset < start || offset > end {
-			return orig, p.outOfRange(offset, start, end, bound)
+			return orig, end, p.outOfRange(offset, start, end, bound)
 		}
 		if offset == end {
-			return dst, nil
+			return dst, end, nil
+		}
+		if testHookAfterBounds != nil {
+			testHookAfterBounds()
 		}
 		txn, hw = p.snapshot(gen), end
 	}
@@ -420,7 +446,7 @@ func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]
 	if !it.Valid() || batchKeyOffset(it.Item().Key()) != offset {
 		base, ok, err := p.floorBatch(txn, offset)
 		if err != nil {
-			return orig, fmt.Errorf("read %s at %d: %w", p.id, offset, err)
+			return orig, hw, fmt.Errorf("read %s at %d: %w", p.id, offset, err)
 		}
 		if ok {
 			it.Seek(batchKey(p.lprefix, base))
@@ -455,7 +481,7 @@ func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]
 			return nil
 		})
 		if err != nil {
-			return orig, fmt.Errorf("read %s at %d: %w", p.id, offset, err)
+			return orig, hw, fmt.Errorf("read %s at %d: %w", p.id, offset, err)
 		}
 		if stop {
 			break
@@ -467,7 +493,7 @@ func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]
 			// No stored batch holds offset: a compaction gap (read on) or retention deleted it after
 			// the bounds were read (out of range).
 			if err := p.checkGap(txn, offset, hw, bound); err != nil {
-				return orig, err
+				return orig, hw, err
 			}
 		}
 	}
@@ -475,10 +501,10 @@ func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]
 		// Nothing below the HW from offset on: retention deleted it meanwhile, or (a log the cleaner
 		// left without batches up to the HW) there is nothing to read yet.
 		if err := p.checkGap(txn, offset, hw, bound); err != nil {
-			return orig, err
+			return orig, hw, err
 		}
 	}
-	return dst, nil
+	return dst, hw, nil
 }
 
 // checkGap decides what an offset no stored batch holds means. Compaction never moves the log start;
