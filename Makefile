@@ -55,7 +55,7 @@ proto: ## regenerate api/runnel/v1 from its .proto (needs protoc: apt-get instal
 	GOBIN=$(HOME)/go/bin $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	GOBIN=$(HOME)/go/bin $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 	protoc -I api --go_out=api --go_opt=paths=source_relative \
-		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/runnel/v1/runnel.proto api/runnel/v1/groups.proto api/runnel/v1/cluster.proto
+		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/runnel/v1/runnel.proto api/runnel/v1/groups.proto api/runnel/v1/cluster.proto api/runnel/v1/txn.proto
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

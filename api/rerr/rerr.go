@@ -85,6 +85,14 @@ var (
 	ErrDuplicateSequence        = &Error{Code: runnelv1.ErrorCode_DUPLICATE_SEQUENCE_NUMBER}
 	ErrInvalidProducerEpoch     = &Error{Code: runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH}
 	ErrUnknownProducerID        = &Error{Code: runnelv1.ErrorCode_UNKNOWN_PRODUCER_ID}
+	ErrInvalidTxnState          = &Error{Code: runnelv1.ErrorCode_INVALID_TXN_STATE}
+	ErrInvalidProducerIDMapping = &Error{Code: runnelv1.ErrorCode_INVALID_PRODUCER_ID_MAPPING}
+	ErrInvalidTxnTimeout        = &Error{Code: runnelv1.ErrorCode_INVALID_TRANSACTION_TIMEOUT}
+	ErrConcurrentTransactions   = &Error{Code: runnelv1.ErrorCode_CONCURRENT_TRANSACTIONS}
+	ErrTxnCoordinatorFenced     = &Error{Code: runnelv1.ErrorCode_TRANSACTION_COORDINATOR_FENCED}
+	ErrUnstableOffsetCommit     = &Error{Code: runnelv1.ErrorCode_UNSTABLE_OFFSET_COMMIT}
+	ErrProducerFenced           = &Error{Code: runnelv1.ErrorCode_PRODUCER_FENCED}
+	ErrTransactionalIDNotFound  = &Error{Code: runnelv1.ErrorCode_TRANSACTIONAL_ID_NOT_FOUND}
 )
 
 // New returns an *Error with code and a formatted message.
@@ -114,7 +122,9 @@ func Retriable(code runnelv1.ErrorCode) bool {
 		runnelv1.ErrorCode_NOT_CONTROLLER,           // a new controller leader is being elected
 		runnelv1.ErrorCode_FENCED_LEADER_EPOCH,      // the client's metadata is older than the leader's
 		runnelv1.ErrorCode_UNKNOWN_LEADER_EPOCH,     // the broker's metadata is older than the client's
-		runnelv1.ErrorCode_BROKER_ID_NOT_REGISTERED: // the registration is still being applied
+		runnelv1.ErrorCode_BROKER_ID_NOT_REGISTERED, // the registration is still being applied
+		runnelv1.ErrorCode_CONCURRENT_TRANSACTIONS,  // the previous transaction's markers are being written
+		runnelv1.ErrorCode_UNSTABLE_OFFSET_COMMIT:   // a transaction holding the offsets is being ended
 		return true
 	}
 	return false
@@ -155,6 +165,13 @@ func GRPCCode(code runnelv1.ErrorCode) codes.Code {
 	case runnelv1.ErrorCode_OUT_OF_ORDER_SEQUENCE_NUMBER, runnelv1.ErrorCode_DUPLICATE_SEQUENCE_NUMBER,
 		runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH, runnelv1.ErrorCode_UNKNOWN_PRODUCER_ID:
 		return codes.FailedPrecondition
+	case runnelv1.ErrorCode_INVALID_TXN_STATE, runnelv1.ErrorCode_INVALID_PRODUCER_ID_MAPPING,
+		runnelv1.ErrorCode_PRODUCER_FENCED, runnelv1.ErrorCode_TRANSACTION_COORDINATOR_FENCED:
+		return codes.FailedPrecondition
+	case runnelv1.ErrorCode_CONCURRENT_TRANSACTIONS, runnelv1.ErrorCode_UNSTABLE_OFFSET_COMMIT:
+		return codes.Unavailable
+	case runnelv1.ErrorCode_TRANSACTIONAL_ID_NOT_FOUND:
+		return codes.NotFound
 	case runnelv1.ErrorCode_REQUEST_TIMED_OUT:
 		return codes.DeadlineExceeded
 	case runnelv1.ErrorCode_MESSAGE_TOO_LARGE, runnelv1.ErrorCode_RECORD_LIST_TOO_LARGE:

@@ -592,7 +592,11 @@ type FetchOffsetsRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	GroupId string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
 	// partitions to fetch; empty means every partition the group has committed.
-	Partitions    []*TopicPartitions `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Partitions []*TopicPartitions `protobuf:"bytes,2,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// require_stable (KIP-447): a partition with offsets of a transaction not yet ended answers
+	// UNSTABLE_OFFSET_COMMIT (retriable) in its entry instead of the last committed offset, so a member
+	// that takes the partition over does not start before a commit in flight becomes visible.
+	RequireStable bool `protobuf:"varint,3,opt,name=require_stable,json=requireStable,proto3" json:"require_stable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -641,6 +645,110 @@ func (x *FetchOffsetsRequest) GetPartitions() []*TopicPartitions {
 	return nil
 }
 
+func (x *FetchOffsetsRequest) GetRequireStable() bool {
+	if x != nil {
+		return x.RequireStable
+	}
+	return false
+}
+
+// TxnOffsetCommitRequest commits a group's offsets inside a transaction (KIP-98, KIP-447): the
+// offsets are pending until the transaction's marker reaches the group's __consumer_offsets
+// partition, then committed (COMMIT) or dropped (ABORT). The member fields fence the commit like an
+// ordinary commit, so a member that lost its partitions cannot commit them. The producer must have
+// called AddOffsetsToTxn for the group first.
+type TxnOffsetCommitRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	GroupId         string                 `protobuf:"bytes,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	TransactionalId string                 `protobuf:"bytes,2,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	ProducerId      int64                  `protobuf:"varint,3,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch   int32                  `protobuf:"varint,4,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
+	MemberId        string                 `protobuf:"bytes,5,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	MemberEpoch     int32                  `protobuf:"varint,6,opt,name=member_epoch,json=memberEpoch,proto3" json:"member_epoch,omitempty"`
+	Partitions      []*CommitPartition     `protobuf:"bytes,7,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TxnOffsetCommitRequest) Reset() {
+	*x = TxnOffsetCommitRequest{}
+	mi := &file_runnel_v1_groups_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TxnOffsetCommitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TxnOffsetCommitRequest) ProtoMessage() {}
+
+func (x *TxnOffsetCommitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_groups_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TxnOffsetCommitRequest.ProtoReflect.Descriptor instead.
+func (*TxnOffsetCommitRequest) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TxnOffsetCommitRequest) GetGroupId() string {
+	if x != nil {
+		return x.GroupId
+	}
+	return ""
+}
+
+func (x *TxnOffsetCommitRequest) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
+}
+
+func (x *TxnOffsetCommitRequest) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *TxnOffsetCommitRequest) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
+}
+
+func (x *TxnOffsetCommitRequest) GetMemberId() string {
+	if x != nil {
+		return x.MemberId
+	}
+	return ""
+}
+
+func (x *TxnOffsetCommitRequest) GetMemberEpoch() int32 {
+	if x != nil {
+		return x.MemberEpoch
+	}
+	return 0
+}
+
+func (x *TxnOffsetCommitRequest) GetPartitions() []*CommitPartition {
+	if x != nil {
+		return x.Partitions
+	}
+	return nil
+}
+
 type FetchOffsetsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Offsets       []*CommittedOffset     `protobuf:"bytes,1,rep,name=offsets,proto3" json:"offsets,omitempty"`
@@ -650,7 +758,7 @@ type FetchOffsetsResponse struct {
 
 func (x *FetchOffsetsResponse) Reset() {
 	*x = FetchOffsetsResponse{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[9]
+	mi := &file_runnel_v1_groups_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +770,7 @@ func (x *FetchOffsetsResponse) String() string {
 func (*FetchOffsetsResponse) ProtoMessage() {}
 
 func (x *FetchOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[9]
+	mi := &file_runnel_v1_groups_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +783,7 @@ func (x *FetchOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*FetchOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{9}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FetchOffsetsResponse) GetOffsets() []*CommittedOffset {
@@ -700,7 +808,7 @@ type CommittedOffset struct {
 
 func (x *CommittedOffset) Reset() {
 	*x = CommittedOffset{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[10]
+	mi := &file_runnel_v1_groups_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +820,7 @@ func (x *CommittedOffset) String() string {
 func (*CommittedOffset) ProtoMessage() {}
 
 func (x *CommittedOffset) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[10]
+	mi := &file_runnel_v1_groups_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +833,7 @@ func (x *CommittedOffset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommittedOffset.ProtoReflect.Descriptor instead.
 func (*CommittedOffset) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{10}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommittedOffset) GetTopic() string {
@@ -785,7 +893,7 @@ type ListGroupsRequest struct {
 
 func (x *ListGroupsRequest) Reset() {
 	*x = ListGroupsRequest{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[11]
+	mi := &file_runnel_v1_groups_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +905,7 @@ func (x *ListGroupsRequest) String() string {
 func (*ListGroupsRequest) ProtoMessage() {}
 
 func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[11]
+	mi := &file_runnel_v1_groups_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +918,7 @@ func (x *ListGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{11}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{12}
 }
 
 type ListGroupsResponse struct {
@@ -822,7 +930,7 @@ type ListGroupsResponse struct {
 
 func (x *ListGroupsResponse) Reset() {
 	*x = ListGroupsResponse{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[12]
+	mi := &file_runnel_v1_groups_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +942,7 @@ func (x *ListGroupsResponse) String() string {
 func (*ListGroupsResponse) ProtoMessage() {}
 
 func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[12]
+	mi := &file_runnel_v1_groups_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +955,7 @@ func (x *ListGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupsResponse.ProtoReflect.Descriptor instead.
 func (*ListGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{12}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListGroupsResponse) GetGroups() []*GroupSummary {
@@ -870,7 +978,7 @@ type GroupSummary struct {
 
 func (x *GroupSummary) Reset() {
 	*x = GroupSummary{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[13]
+	mi := &file_runnel_v1_groups_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +990,7 @@ func (x *GroupSummary) String() string {
 func (*GroupSummary) ProtoMessage() {}
 
 func (x *GroupSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[13]
+	mi := &file_runnel_v1_groups_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1003,7 @@ func (x *GroupSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSummary.ProtoReflect.Descriptor instead.
 func (*GroupSummary) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{13}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GroupSummary) GetGroupId() string {
@@ -935,7 +1043,7 @@ type DescribeGroupsRequest struct {
 
 func (x *DescribeGroupsRequest) Reset() {
 	*x = DescribeGroupsRequest{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[14]
+	mi := &file_runnel_v1_groups_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1055,7 @@ func (x *DescribeGroupsRequest) String() string {
 func (*DescribeGroupsRequest) ProtoMessage() {}
 
 func (x *DescribeGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[14]
+	mi := &file_runnel_v1_groups_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1068,7 @@ func (x *DescribeGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{14}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DescribeGroupsRequest) GetGroupIds() []string {
@@ -979,7 +1087,7 @@ type DescribeGroupsResponse struct {
 
 func (x *DescribeGroupsResponse) Reset() {
 	*x = DescribeGroupsResponse{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[15]
+	mi := &file_runnel_v1_groups_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1099,7 @@ func (x *DescribeGroupsResponse) String() string {
 func (*DescribeGroupsResponse) ProtoMessage() {}
 
 func (x *DescribeGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[15]
+	mi := &file_runnel_v1_groups_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1112,7 @@ func (x *DescribeGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{15}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DescribeGroupsResponse) GetGroups() []*GroupDescription {
@@ -1030,7 +1138,7 @@ type GroupDescription struct {
 
 func (x *GroupDescription) Reset() {
 	*x = GroupDescription{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[16]
+	mi := &file_runnel_v1_groups_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1150,7 @@ func (x *GroupDescription) String() string {
 func (*GroupDescription) ProtoMessage() {}
 
 func (x *GroupDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[16]
+	mi := &file_runnel_v1_groups_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1163,7 @@ func (x *GroupDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDescription.ProtoReflect.Descriptor instead.
 func (*GroupDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{16}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GroupDescription) GetGroupId() string {
@@ -1132,7 +1240,7 @@ type MemberDescription struct {
 
 func (x *MemberDescription) Reset() {
 	*x = MemberDescription{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[17]
+	mi := &file_runnel_v1_groups_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1252,7 @@ func (x *MemberDescription) String() string {
 func (*MemberDescription) ProtoMessage() {}
 
 func (x *MemberDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[17]
+	mi := &file_runnel_v1_groups_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1265,7 @@ func (x *MemberDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberDescription.ProtoReflect.Descriptor instead.
 func (*MemberDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{17}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MemberDescription) GetMemberId() string {
@@ -1232,7 +1340,7 @@ type DeleteGroupsRequest struct {
 
 func (x *DeleteGroupsRequest) Reset() {
 	*x = DeleteGroupsRequest{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[18]
+	mi := &file_runnel_v1_groups_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1352,7 @@ func (x *DeleteGroupsRequest) String() string {
 func (*DeleteGroupsRequest) ProtoMessage() {}
 
 func (x *DeleteGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[18]
+	mi := &file_runnel_v1_groups_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1365,7 @@ func (x *DeleteGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{18}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteGroupsRequest) GetGroupIds() []string {
@@ -1276,7 +1384,7 @@ type DeleteGroupsResponse struct {
 
 func (x *DeleteGroupsResponse) Reset() {
 	*x = DeleteGroupsResponse{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[19]
+	mi := &file_runnel_v1_groups_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1396,7 @@ func (x *DeleteGroupsResponse) String() string {
 func (*DeleteGroupsResponse) ProtoMessage() {}
 
 func (x *DeleteGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[19]
+	mi := &file_runnel_v1_groups_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1409,7 @@ func (x *DeleteGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{19}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteGroupsResponse) GetGroups() []*GroupResult {
@@ -1321,7 +1429,7 @@ type GroupResult struct {
 
 func (x *GroupResult) Reset() {
 	*x = GroupResult{}
-	mi := &file_runnel_v1_groups_proto_msgTypes[20]
+	mi := &file_runnel_v1_groups_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1441,7 @@ func (x *GroupResult) String() string {
 func (*GroupResult) ProtoMessage() {}
 
 func (x *GroupResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_groups_proto_msgTypes[20]
+	mi := &file_runnel_v1_groups_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1454,7 @@ func (x *GroupResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupResult.ProtoReflect.Descriptor instead.
 func (*GroupResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{20}
+	return file_runnel_v1_groups_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GroupResult) GetGroupId() string {
@@ -1420,11 +1528,23 @@ const file_runnel_v1_groups_proto_rawDesc = "" +
 	"\x15CommitPartitionResult\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12*\n" +
-	"\x05error\x18\x03 \x01(\v2\x14.runnel.v1.ErrorInfoR\x05error\"l\n" +
+	"\x05error\x18\x03 \x01(\v2\x14.runnel.v1.ErrorInfoR\x05error\"\x93\x01\n" +
 	"\x13FetchOffsetsRequest\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12:\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\v2\x1a.runnel.v1.TopicPartitionsR\n" +
+	"partitions\x12%\n" +
+	"\x0erequire_stable\x18\x03 \x01(\bR\rrequireStable\"\xa2\x02\n" +
+	"\x16TxnOffsetCommitRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12)\n" +
+	"\x10transactional_id\x18\x02 \x01(\tR\x0ftransactionalId\x12\x1f\n" +
+	"\vproducer_id\x18\x03 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x04 \x01(\x05R\rproducerEpoch\x12\x1b\n" +
+	"\tmember_id\x18\x05 \x01(\tR\bmemberId\x12!\n" +
+	"\fmember_epoch\x18\x06 \x01(\x05R\vmemberEpoch\x12:\n" +
+	"\n" +
+	"partitions\x18\a \x03(\v2\x1a.runnel.v1.CommitPartitionR\n" +
 	"partitions\"L\n" +
 	"\x14FetchOffsetsResponse\x124\n" +
 	"\aoffsets\x18\x01 \x03(\v2\x1a.runnel.v1.CommittedOffsetR\aoffsets\"\xf8\x01\n" +
@@ -1478,11 +1598,12 @@ const file_runnel_v1_groups_proto_rawDesc = "" +
 	"\x06groups\x18\x01 \x03(\v2\x16.runnel.v1.GroupResultR\x06groups\"T\n" +
 	"\vGroupResult\x12\x19\n" +
 	"\bgroup_id\x18\x01 \x01(\tR\agroupId\x12*\n" +
-	"\x05error\x18\x02 \x01(\v2\x14.runnel.v1.ErrorInfoR\x05error2\xf2\x03\n" +
+	"\x05error\x18\x02 \x01(\v2\x14.runnel.v1.ErrorInfoR\x05error2\xca\x04\n" +
 	"\x06Groups\x12P\n" +
 	"\tHeartbeat\x12 .runnel.v1.GroupHeartbeatRequest\x1a!.runnel.v1.GroupHeartbeatResponse\x12R\n" +
 	"\rCommitOffsets\x12\x1f.runnel.v1.CommitOffsetsRequest\x1a .runnel.v1.CommitOffsetsResponse\x12O\n" +
-	"\fFetchOffsets\x12\x1e.runnel.v1.FetchOffsetsRequest\x1a\x1f.runnel.v1.FetchOffsetsResponse\x12I\n" +
+	"\fFetchOffsets\x12\x1e.runnel.v1.FetchOffsetsRequest\x1a\x1f.runnel.v1.FetchOffsetsResponse\x12V\n" +
+	"\x0fTxnOffsetCommit\x12!.runnel.v1.TxnOffsetCommitRequest\x1a .runnel.v1.CommitOffsetsResponse\x12I\n" +
 	"\n" +
 	"ListGroups\x12\x1c.runnel.v1.ListGroupsRequest\x1a\x1d.runnel.v1.ListGroupsResponse\x12U\n" +
 	"\x0eDescribeGroups\x12 .runnel.v1.DescribeGroupsRequest\x1a!.runnel.v1.DescribeGroupsResponse\x12O\n" +
@@ -1500,7 +1621,7 @@ func file_runnel_v1_groups_proto_rawDescGZIP() []byte {
 	return file_runnel_v1_groups_proto_rawDescData
 }
 
-var file_runnel_v1_groups_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_runnel_v1_groups_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_runnel_v1_groups_proto_goTypes = []any{
 	(*TopicPartitions)(nil),        // 0: runnel.v1.TopicPartitions
 	(*GroupHeartbeatRequest)(nil),  // 1: runnel.v1.GroupHeartbeatRequest
@@ -1511,19 +1632,20 @@ var file_runnel_v1_groups_proto_goTypes = []any{
 	(*CommitOffsetsResponse)(nil),  // 6: runnel.v1.CommitOffsetsResponse
 	(*CommitPartitionResult)(nil),  // 7: runnel.v1.CommitPartitionResult
 	(*FetchOffsetsRequest)(nil),    // 8: runnel.v1.FetchOffsetsRequest
-	(*FetchOffsetsResponse)(nil),   // 9: runnel.v1.FetchOffsetsResponse
-	(*CommittedOffset)(nil),        // 10: runnel.v1.CommittedOffset
-	(*ListGroupsRequest)(nil),      // 11: runnel.v1.ListGroupsRequest
-	(*ListGroupsResponse)(nil),     // 12: runnel.v1.ListGroupsResponse
-	(*GroupSummary)(nil),           // 13: runnel.v1.GroupSummary
-	(*DescribeGroupsRequest)(nil),  // 14: runnel.v1.DescribeGroupsRequest
-	(*DescribeGroupsResponse)(nil), // 15: runnel.v1.DescribeGroupsResponse
-	(*GroupDescription)(nil),       // 16: runnel.v1.GroupDescription
-	(*MemberDescription)(nil),      // 17: runnel.v1.MemberDescription
-	(*DeleteGroupsRequest)(nil),    // 18: runnel.v1.DeleteGroupsRequest
-	(*DeleteGroupsResponse)(nil),   // 19: runnel.v1.DeleteGroupsResponse
-	(*GroupResult)(nil),            // 20: runnel.v1.GroupResult
-	(*ErrorInfo)(nil),              // 21: runnel.v1.ErrorInfo
+	(*TxnOffsetCommitRequest)(nil), // 9: runnel.v1.TxnOffsetCommitRequest
+	(*FetchOffsetsResponse)(nil),   // 10: runnel.v1.FetchOffsetsResponse
+	(*CommittedOffset)(nil),        // 11: runnel.v1.CommittedOffset
+	(*ListGroupsRequest)(nil),      // 12: runnel.v1.ListGroupsRequest
+	(*ListGroupsResponse)(nil),     // 13: runnel.v1.ListGroupsResponse
+	(*GroupSummary)(nil),           // 14: runnel.v1.GroupSummary
+	(*DescribeGroupsRequest)(nil),  // 15: runnel.v1.DescribeGroupsRequest
+	(*DescribeGroupsResponse)(nil), // 16: runnel.v1.DescribeGroupsResponse
+	(*GroupDescription)(nil),       // 17: runnel.v1.GroupDescription
+	(*MemberDescription)(nil),      // 18: runnel.v1.MemberDescription
+	(*DeleteGroupsRequest)(nil),    // 19: runnel.v1.DeleteGroupsRequest
+	(*DeleteGroupsResponse)(nil),   // 20: runnel.v1.DeleteGroupsResponse
+	(*GroupResult)(nil),            // 21: runnel.v1.GroupResult
+	(*ErrorInfo)(nil),              // 22: runnel.v1.ErrorInfo
 }
 var file_runnel_v1_groups_proto_depIdxs = []int32{
 	0,  // 0: runnel.v1.GroupHeartbeatRequest.owned_partitions:type_name -> runnel.v1.TopicPartitions
@@ -1531,35 +1653,38 @@ var file_runnel_v1_groups_proto_depIdxs = []int32{
 	0,  // 2: runnel.v1.Assignment.partitions:type_name -> runnel.v1.TopicPartitions
 	5,  // 3: runnel.v1.CommitOffsetsRequest.partitions:type_name -> runnel.v1.CommitPartition
 	7,  // 4: runnel.v1.CommitOffsetsResponse.partitions:type_name -> runnel.v1.CommitPartitionResult
-	21, // 5: runnel.v1.CommitPartitionResult.error:type_name -> runnel.v1.ErrorInfo
+	22, // 5: runnel.v1.CommitPartitionResult.error:type_name -> runnel.v1.ErrorInfo
 	0,  // 6: runnel.v1.FetchOffsetsRequest.partitions:type_name -> runnel.v1.TopicPartitions
-	10, // 7: runnel.v1.FetchOffsetsResponse.offsets:type_name -> runnel.v1.CommittedOffset
-	21, // 8: runnel.v1.CommittedOffset.error:type_name -> runnel.v1.ErrorInfo
-	13, // 9: runnel.v1.ListGroupsResponse.groups:type_name -> runnel.v1.GroupSummary
-	16, // 10: runnel.v1.DescribeGroupsResponse.groups:type_name -> runnel.v1.GroupDescription
-	21, // 11: runnel.v1.GroupDescription.error:type_name -> runnel.v1.ErrorInfo
-	17, // 12: runnel.v1.GroupDescription.members:type_name -> runnel.v1.MemberDescription
-	0,  // 13: runnel.v1.MemberDescription.assignment:type_name -> runnel.v1.TopicPartitions
-	0,  // 14: runnel.v1.MemberDescription.target_assignment:type_name -> runnel.v1.TopicPartitions
-	20, // 15: runnel.v1.DeleteGroupsResponse.groups:type_name -> runnel.v1.GroupResult
-	21, // 16: runnel.v1.GroupResult.error:type_name -> runnel.v1.ErrorInfo
-	1,  // 17: runnel.v1.Groups.Heartbeat:input_type -> runnel.v1.GroupHeartbeatRequest
-	4,  // 18: runnel.v1.Groups.CommitOffsets:input_type -> runnel.v1.CommitOffsetsRequest
-	8,  // 19: runnel.v1.Groups.FetchOffsets:input_type -> runnel.v1.FetchOffsetsRequest
-	11, // 20: runnel.v1.Groups.ListGroups:input_type -> runnel.v1.ListGroupsRequest
-	14, // 21: runnel.v1.Groups.DescribeGroups:input_type -> runnel.v1.DescribeGroupsRequest
-	18, // 22: runnel.v1.Groups.DeleteGroups:input_type -> runnel.v1.DeleteGroupsRequest
-	2,  // 23: runnel.v1.Groups.Heartbeat:output_type -> runnel.v1.GroupHeartbeatResponse
-	6,  // 24: runnel.v1.Groups.CommitOffsets:output_type -> runnel.v1.CommitOffsetsResponse
-	9,  // 25: runnel.v1.Groups.FetchOffsets:output_type -> runnel.v1.FetchOffsetsResponse
-	12, // 26: runnel.v1.Groups.ListGroups:output_type -> runnel.v1.ListGroupsResponse
-	15, // 27: runnel.v1.Groups.DescribeGroups:output_type -> runnel.v1.DescribeGroupsResponse
-	19, // 28: runnel.v1.Groups.DeleteGroups:output_type -> runnel.v1.DeleteGroupsResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	5,  // 7: runnel.v1.TxnOffsetCommitRequest.partitions:type_name -> runnel.v1.CommitPartition
+	11, // 8: runnel.v1.FetchOffsetsResponse.offsets:type_name -> runnel.v1.CommittedOffset
+	22, // 9: runnel.v1.CommittedOffset.error:type_name -> runnel.v1.ErrorInfo
+	14, // 10: runnel.v1.ListGroupsResponse.groups:type_name -> runnel.v1.GroupSummary
+	17, // 11: runnel.v1.DescribeGroupsResponse.groups:type_name -> runnel.v1.GroupDescription
+	22, // 12: runnel.v1.GroupDescription.error:type_name -> runnel.v1.ErrorInfo
+	18, // 13: runnel.v1.GroupDescription.members:type_name -> runnel.v1.MemberDescription
+	0,  // 14: runnel.v1.MemberDescription.assignment:type_name -> runnel.v1.TopicPartitions
+	0,  // 15: runnel.v1.MemberDescription.target_assignment:type_name -> runnel.v1.TopicPartitions
+	21, // 16: runnel.v1.DeleteGroupsResponse.groups:type_name -> runnel.v1.GroupResult
+	22, // 17: runnel.v1.GroupResult.error:type_name -> runnel.v1.ErrorInfo
+	1,  // 18: runnel.v1.Groups.Heartbeat:input_type -> runnel.v1.GroupHeartbeatRequest
+	4,  // 19: runnel.v1.Groups.CommitOffsets:input_type -> runnel.v1.CommitOffsetsRequest
+	8,  // 20: runnel.v1.Groups.FetchOffsets:input_type -> runnel.v1.FetchOffsetsRequest
+	9,  // 21: runnel.v1.Groups.TxnOffsetCommit:input_type -> runnel.v1.TxnOffsetCommitRequest
+	12, // 22: runnel.v1.Groups.ListGroups:input_type -> runnel.v1.ListGroupsRequest
+	15, // 23: runnel.v1.Groups.DescribeGroups:input_type -> runnel.v1.DescribeGroupsRequest
+	19, // 24: runnel.v1.Groups.DeleteGroups:input_type -> runnel.v1.DeleteGroupsRequest
+	2,  // 25: runnel.v1.Groups.Heartbeat:output_type -> runnel.v1.GroupHeartbeatResponse
+	6,  // 26: runnel.v1.Groups.CommitOffsets:output_type -> runnel.v1.CommitOffsetsResponse
+	10, // 27: runnel.v1.Groups.FetchOffsets:output_type -> runnel.v1.FetchOffsetsResponse
+	6,  // 28: runnel.v1.Groups.TxnOffsetCommit:output_type -> runnel.v1.CommitOffsetsResponse
+	13, // 29: runnel.v1.Groups.ListGroups:output_type -> runnel.v1.ListGroupsResponse
+	16, // 30: runnel.v1.Groups.DescribeGroups:output_type -> runnel.v1.DescribeGroupsResponse
+	20, // 31: runnel.v1.Groups.DeleteGroups:output_type -> runnel.v1.DeleteGroupsResponse
+	25, // [25:32] is the sub-list for method output_type
+	18, // [18:25] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_runnel_v1_groups_proto_init() }
@@ -1574,7 +1699,7 @@ func file_runnel_v1_groups_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_groups_proto_rawDesc), len(file_runnel_v1_groups_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,12 +25,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Groups_Heartbeat_FullMethodName      = "/runnel.v1.Groups/Heartbeat"
-	Groups_CommitOffsets_FullMethodName  = "/runnel.v1.Groups/CommitOffsets"
-	Groups_FetchOffsets_FullMethodName   = "/runnel.v1.Groups/FetchOffsets"
-	Groups_ListGroups_FullMethodName     = "/runnel.v1.Groups/ListGroups"
-	Groups_DescribeGroups_FullMethodName = "/runnel.v1.Groups/DescribeGroups"
-	Groups_DeleteGroups_FullMethodName   = "/runnel.v1.Groups/DeleteGroups"
+	Groups_Heartbeat_FullMethodName       = "/runnel.v1.Groups/Heartbeat"
+	Groups_CommitOffsets_FullMethodName   = "/runnel.v1.Groups/CommitOffsets"
+	Groups_FetchOffsets_FullMethodName    = "/runnel.v1.Groups/FetchOffsets"
+	Groups_TxnOffsetCommit_FullMethodName = "/runnel.v1.Groups/TxnOffsetCommit"
+	Groups_ListGroups_FullMethodName      = "/runnel.v1.Groups/ListGroups"
+	Groups_DescribeGroups_FullMethodName  = "/runnel.v1.Groups/DescribeGroups"
+	Groups_DeleteGroups_FullMethodName    = "/runnel.v1.Groups/DeleteGroups"
 )
 
 // GroupsClient is the client API for Groups service.
@@ -50,6 +51,9 @@ type GroupsClient interface {
 	CommitOffsets(ctx context.Context, in *CommitOffsetsRequest, opts ...grpc.CallOption) (*CommitOffsetsResponse, error)
 	// FetchOffsets returns committed offsets (-1 where there is none).
 	FetchOffsets(ctx context.Context, in *FetchOffsetsRequest, opts ...grpc.CallOption) (*FetchOffsetsResponse, error)
+	// TxnOffsetCommit stores offsets as part of a transaction: per-partition errors as CommitOffsets,
+	// plus PRODUCER_FENCED / INVALID_PRODUCER_EPOCH for an old producer epoch.
+	TxnOffsetCommit(ctx context.Context, in *TxnOffsetCommitRequest, opts ...grpc.CallOption) (*CommitOffsetsResponse, error)
 	ListGroups(ctx context.Context, in *ListGroupsRequest, opts ...grpc.CallOption) (*ListGroupsResponse, error)
 	DescribeGroups(ctx context.Context, in *DescribeGroupsRequest, opts ...grpc.CallOption) (*DescribeGroupsResponse, error)
 	// DeleteGroups removes empty groups and their committed offsets (NON_EMPTY_GROUP otherwise).
@@ -88,6 +92,16 @@ func (c *groupsClient) FetchOffsets(ctx context.Context, in *FetchOffsetsRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(FetchOffsetsResponse)
 	err := c.cc.Invoke(ctx, Groups_FetchOffsets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *groupsClient) TxnOffsetCommit(ctx context.Context, in *TxnOffsetCommitRequest, opts ...grpc.CallOption) (*CommitOffsetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitOffsetsResponse)
+	err := c.cc.Invoke(ctx, Groups_TxnOffsetCommit_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +155,9 @@ type GroupsServer interface {
 	CommitOffsets(context.Context, *CommitOffsetsRequest) (*CommitOffsetsResponse, error)
 	// FetchOffsets returns committed offsets (-1 where there is none).
 	FetchOffsets(context.Context, *FetchOffsetsRequest) (*FetchOffsetsResponse, error)
+	// TxnOffsetCommit stores offsets as part of a transaction: per-partition errors as CommitOffsets,
+	// plus PRODUCER_FENCED / INVALID_PRODUCER_EPOCH for an old producer epoch.
+	TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*CommitOffsetsResponse, error)
 	ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error)
 	DescribeGroups(context.Context, *DescribeGroupsRequest) (*DescribeGroupsResponse, error)
 	// DeleteGroups removes empty groups and their committed offsets (NON_EMPTY_GROUP otherwise).
@@ -163,6 +180,9 @@ func (UnimplementedGroupsServer) CommitOffsets(context.Context, *CommitOffsetsRe
 }
 func (UnimplementedGroupsServer) FetchOffsets(context.Context, *FetchOffsetsRequest) (*FetchOffsetsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FetchOffsets not implemented")
+}
+func (UnimplementedGroupsServer) TxnOffsetCommit(context.Context, *TxnOffsetCommitRequest) (*CommitOffsetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TxnOffsetCommit not implemented")
 }
 func (UnimplementedGroupsServer) ListGroups(context.Context, *ListGroupsRequest) (*ListGroupsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGroups not implemented")
@@ -248,6 +268,24 @@ func _Groups_FetchOffsets_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Groups_TxnOffsetCommit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TxnOffsetCommitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GroupsServer).TxnOffsetCommit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Groups_TxnOffsetCommit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GroupsServer).TxnOffsetCommit(ctx, req.(*TxnOffsetCommitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Groups_ListGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListGroupsRequest)
 	if err := dec(in); err != nil {
@@ -320,6 +358,10 @@ var Groups_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FetchOffsets",
 			Handler:    _Groups_FetchOffsets_Handler,
+		},
+		{
+			MethodName: "TxnOffsetCommit",
+			Handler:    _Groups_TxnOffsetCommit_Handler,
 		},
 		{
 			MethodName: "ListGroups",

@@ -54,45 +54,54 @@ const (
 	ErrorCode_DUPLICATE_SEQUENCE_NUMBER        ErrorCode = 46
 	ErrorCode_INVALID_PRODUCER_EPOCH           ErrorCode = 47
 	ErrorCode_UNKNOWN_PRODUCER_ID              ErrorCode = 59
-	ErrorCode_INVALID_TIMESTAMP                ErrorCode = 32
-	ErrorCode_UNSUPPORTED_VERSION              ErrorCode = 35
-	ErrorCode_TOPIC_ALREADY_EXISTS             ErrorCode = 36
-	ErrorCode_INVALID_PARTITIONS               ErrorCode = 37
-	ErrorCode_INVALID_REPLICATION_FACTOR       ErrorCode = 38
-	ErrorCode_INVALID_CONFIG                   ErrorCode = 40
-	ErrorCode_INVALID_REQUEST                  ErrorCode = 42
-	ErrorCode_UNSUPPORTED_FOR_MESSAGE_FORMAT   ErrorCode = 43
-	ErrorCode_OFFSET_METADATA_TOO_LARGE        ErrorCode = 12
-	ErrorCode_COORDINATOR_LOAD_IN_PROGRESS     ErrorCode = 14
-	ErrorCode_COORDINATOR_NOT_AVAILABLE        ErrorCode = 15
-	ErrorCode_NOT_COORDINATOR                  ErrorCode = 16
-	ErrorCode_ILLEGAL_GENERATION               ErrorCode = 22
-	ErrorCode_INVALID_GROUP_ID                 ErrorCode = 24
-	ErrorCode_UNKNOWN_MEMBER_ID                ErrorCode = 25
-	ErrorCode_INVALID_SESSION_TIMEOUT          ErrorCode = 26
-	ErrorCode_REBALANCE_IN_PROGRESS            ErrorCode = 27
-	ErrorCode_INVALID_COMMIT_OFFSET_SIZE       ErrorCode = 28
-	ErrorCode_KAFKA_STORAGE_ERROR              ErrorCode = 56
-	ErrorCode_NON_EMPTY_GROUP                  ErrorCode = 68
-	ErrorCode_GROUP_ID_NOT_FOUND               ErrorCode = 69
-	ErrorCode_GROUP_MAX_SIZE_REACHED           ErrorCode = 81
-	ErrorCode_FENCED_INSTANCE_ID               ErrorCode = 82
-	ErrorCode_GROUP_SUBSCRIBED_TO_TOPIC        ErrorCode = 86
-	ErrorCode_INVALID_RECORD                   ErrorCode = 87
-	ErrorCode_FENCED_MEMBER_EPOCH              ErrorCode = 110
-	ErrorCode_UNRELEASED_INSTANCE_ID           ErrorCode = 111
-	ErrorCode_UNSUPPORTED_ASSIGNOR             ErrorCode = 112
-	ErrorCode_STALE_MEMBER_EPOCH               ErrorCode = 113
-	ErrorCode_INVALID_REGULAR_EXPRESSION       ErrorCode = 130
-	ErrorCode_NOT_CONTROLLER                   ErrorCode = 41
-	ErrorCode_FENCED_LEADER_EPOCH              ErrorCode = 74
-	ErrorCode_UNKNOWN_LEADER_EPOCH             ErrorCode = 75
-	ErrorCode_STALE_BROKER_EPOCH               ErrorCode = 77
-	ErrorCode_INVALID_UPDATE_VERSION           ErrorCode = 95
-	ErrorCode_DUPLICATE_BROKER_REGISTRATION    ErrorCode = 101
-	ErrorCode_BROKER_ID_NOT_REGISTERED         ErrorCode = 102
-	ErrorCode_INCONSISTENT_CLUSTER_ID          ErrorCode = 104
-	ErrorCode_UNKNOWN_SERVER_ERROR             ErrorCode = 100 // Kafka uses -1; proto3 enums are kept non-negative here.
+	// Transactions (KIP-98, KIP-447, KIP-890).
+	ErrorCode_INVALID_TXN_STATE              ErrorCode = 48
+	ErrorCode_INVALID_PRODUCER_ID_MAPPING    ErrorCode = 49
+	ErrorCode_INVALID_TRANSACTION_TIMEOUT    ErrorCode = 50
+	ErrorCode_CONCURRENT_TRANSACTIONS        ErrorCode = 51 // retriable: the previous transaction's markers are being written
+	ErrorCode_TRANSACTION_COORDINATOR_FENCED ErrorCode = 52
+	ErrorCode_UNSTABLE_OFFSET_COMMIT         ErrorCode = 88 // retriable: a transaction holding offsets of the partition is open
+	ErrorCode_PRODUCER_FENCED                ErrorCode = 90 // fatal for the producer: a newer one took its transactional id
+	ErrorCode_TRANSACTIONAL_ID_NOT_FOUND     ErrorCode = 105
+	ErrorCode_INVALID_TIMESTAMP              ErrorCode = 32
+	ErrorCode_UNSUPPORTED_VERSION            ErrorCode = 35
+	ErrorCode_TOPIC_ALREADY_EXISTS           ErrorCode = 36
+	ErrorCode_INVALID_PARTITIONS             ErrorCode = 37
+	ErrorCode_INVALID_REPLICATION_FACTOR     ErrorCode = 38
+	ErrorCode_INVALID_CONFIG                 ErrorCode = 40
+	ErrorCode_INVALID_REQUEST                ErrorCode = 42
+	ErrorCode_UNSUPPORTED_FOR_MESSAGE_FORMAT ErrorCode = 43
+	ErrorCode_OFFSET_METADATA_TOO_LARGE      ErrorCode = 12
+	ErrorCode_COORDINATOR_LOAD_IN_PROGRESS   ErrorCode = 14
+	ErrorCode_COORDINATOR_NOT_AVAILABLE      ErrorCode = 15
+	ErrorCode_NOT_COORDINATOR                ErrorCode = 16
+	ErrorCode_ILLEGAL_GENERATION             ErrorCode = 22
+	ErrorCode_INVALID_GROUP_ID               ErrorCode = 24
+	ErrorCode_UNKNOWN_MEMBER_ID              ErrorCode = 25
+	ErrorCode_INVALID_SESSION_TIMEOUT        ErrorCode = 26
+	ErrorCode_REBALANCE_IN_PROGRESS          ErrorCode = 27
+	ErrorCode_INVALID_COMMIT_OFFSET_SIZE     ErrorCode = 28
+	ErrorCode_KAFKA_STORAGE_ERROR            ErrorCode = 56
+	ErrorCode_NON_EMPTY_GROUP                ErrorCode = 68
+	ErrorCode_GROUP_ID_NOT_FOUND             ErrorCode = 69
+	ErrorCode_GROUP_MAX_SIZE_REACHED         ErrorCode = 81
+	ErrorCode_FENCED_INSTANCE_ID             ErrorCode = 82
+	ErrorCode_GROUP_SUBSCRIBED_TO_TOPIC      ErrorCode = 86
+	ErrorCode_INVALID_RECORD                 ErrorCode = 87
+	ErrorCode_FENCED_MEMBER_EPOCH            ErrorCode = 110
+	ErrorCode_UNRELEASED_INSTANCE_ID         ErrorCode = 111
+	ErrorCode_UNSUPPORTED_ASSIGNOR           ErrorCode = 112
+	ErrorCode_STALE_MEMBER_EPOCH             ErrorCode = 113
+	ErrorCode_INVALID_REGULAR_EXPRESSION     ErrorCode = 130
+	ErrorCode_NOT_CONTROLLER                 ErrorCode = 41
+	ErrorCode_FENCED_LEADER_EPOCH            ErrorCode = 74
+	ErrorCode_UNKNOWN_LEADER_EPOCH           ErrorCode = 75
+	ErrorCode_STALE_BROKER_EPOCH             ErrorCode = 77
+	ErrorCode_INVALID_UPDATE_VERSION         ErrorCode = 95
+	ErrorCode_DUPLICATE_BROKER_REGISTRATION  ErrorCode = 101
+	ErrorCode_BROKER_ID_NOT_REGISTERED       ErrorCode = 102
+	ErrorCode_INCONSISTENT_CLUSTER_ID        ErrorCode = 104
+	ErrorCode_UNKNOWN_SERVER_ERROR           ErrorCode = 100 // Kafka uses -1; proto3 enums are kept non-negative here.
 )
 
 // Enum value maps for ErrorCode.
@@ -116,6 +125,14 @@ var (
 		46:  "DUPLICATE_SEQUENCE_NUMBER",
 		47:  "INVALID_PRODUCER_EPOCH",
 		59:  "UNKNOWN_PRODUCER_ID",
+		48:  "INVALID_TXN_STATE",
+		49:  "INVALID_PRODUCER_ID_MAPPING",
+		50:  "INVALID_TRANSACTION_TIMEOUT",
+		51:  "CONCURRENT_TRANSACTIONS",
+		52:  "TRANSACTION_COORDINATOR_FENCED",
+		88:  "UNSTABLE_OFFSET_COMMIT",
+		90:  "PRODUCER_FENCED",
+		105: "TRANSACTIONAL_ID_NOT_FOUND",
 		32:  "INVALID_TIMESTAMP",
 		35:  "UNSUPPORTED_VERSION",
 		36:  "TOPIC_ALREADY_EXISTS",
@@ -175,6 +192,14 @@ var (
 		"DUPLICATE_SEQUENCE_NUMBER":        46,
 		"INVALID_PRODUCER_EPOCH":           47,
 		"UNKNOWN_PRODUCER_ID":              59,
+		"INVALID_TXN_STATE":                48,
+		"INVALID_PRODUCER_ID_MAPPING":      49,
+		"INVALID_TRANSACTION_TIMEOUT":      50,
+		"CONCURRENT_TRANSACTIONS":          51,
+		"TRANSACTION_COORDINATOR_FENCED":   52,
+		"UNSTABLE_OFFSET_COMMIT":           88,
+		"PRODUCER_FENCED":                  90,
+		"TRANSACTIONAL_ID_NOT_FOUND":       105,
 		"INVALID_TIMESTAMP":                32,
 		"UNSUPPORTED_VERSION":              35,
 		"TOPIC_ALREADY_EXISTS":             36,
@@ -487,10 +512,14 @@ type ProduceRequest struct {
 	CorrelationId int64 `protobuf:"varint,1,opt,name=correlation_id,json=correlationId,proto3" json:"correlation_id,omitempty"`
 	Acks          Acks  `protobuf:"varint,2,opt,name=acks,proto3,enum=runnel.v1.Acks" json:"acks,omitempty"`
 	// timeout_ms bounds how long the broker waits for the acknowledgement; 0 means 30000.
-	TimeoutMs     int32               `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	Partitions    []*ProducePartition `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TimeoutMs  int32               `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	Partitions []*ProducePartition `protobuf:"bytes,4,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	// transactional_id is set by a transactional producer; its batches carry the transactional attribute
+	// and the leader verifies with the coordinator that each partition is in the producer's ongoing
+	// transaction (KIP-890) before accepting the first of them.
+	TransactionalId string `protobuf:"bytes,5,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ProduceRequest) Reset() {
@@ -549,6 +578,13 @@ func (x *ProduceRequest) GetPartitions() []*ProducePartition {
 		return x.Partitions
 	}
 	return nil
+}
+
+func (x *ProduceRequest) GetTransactionalId() string {
+	if x != nil {
+		return x.TransactionalId
+	}
+	return ""
 }
 
 type ProducePartition struct {
@@ -1086,9 +1122,13 @@ type FetchPartitionResult struct {
 	LastStableOffset int64                  `protobuf:"varint,5,opt,name=last_stable_offset,json=lastStableOffset,proto3" json:"last_stable_offset,omitempty"`
 	LogStartOffset   int64                  `protobuf:"varint,6,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
 	// records holds whole RecordBatch v2 encodings, back to back.
-	Records       []byte `protobuf:"bytes,7,opt,name=records,proto3" json:"records,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Records []byte `protobuf:"bytes,7,opt,name=records,proto3" json:"records,omitempty"`
+	// aborted_transactions (READ_COMMITTED only) lists the aborted transactions that have records in the
+	// answer: a reader drops every transactional batch of producer_id from first_offset until it meets
+	// that producer's ABORT control batch, as Kafka's consumers do.
+	AbortedTransactions []*AbortedTransaction `protobuf:"bytes,8,rep,name=aborted_transactions,json=abortedTransactions,proto3" json:"aborted_transactions,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *FetchPartitionResult) Reset() {
@@ -1170,6 +1210,67 @@ func (x *FetchPartitionResult) GetRecords() []byte {
 	return nil
 }
 
+func (x *FetchPartitionResult) GetAbortedTransactions() []*AbortedTransaction {
+	if x != nil {
+		return x.AbortedTransactions
+	}
+	return nil
+}
+
+// AbortedTransaction is one aborted transaction of a partition: its producer and the offset of its
+// first record there.
+type AbortedTransaction struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	FirstOffset   int64                  `protobuf:"varint,2,opt,name=first_offset,json=firstOffset,proto3" json:"first_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortedTransaction) Reset() {
+	*x = AbortedTransaction{}
+	mi := &file_runnel_v1_runnel_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortedTransaction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortedTransaction) ProtoMessage() {}
+
+func (x *AbortedTransaction) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_runnel_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortedTransaction.ProtoReflect.Descriptor instead.
+func (*AbortedTransaction) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AbortedTransaction) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *AbortedTransaction) GetFirstOffset() int64 {
+	if x != nil {
+		return x.FirstOffset
+	}
+	return 0
+}
+
 type ListOffsetsRequest struct {
 	state          protoimpl.MessageState  `protogen:"open.v1"`
 	Partitions     []*ListOffsetsPartition `protobuf:"bytes,1,rep,name=partitions,proto3" json:"partitions,omitempty"`
@@ -1180,7 +1281,7 @@ type ListOffsetsRequest struct {
 
 func (x *ListOffsetsRequest) Reset() {
 	*x = ListOffsetsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[11]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1293,7 @@ func (x *ListOffsetsRequest) String() string {
 func (*ListOffsetsRequest) ProtoMessage() {}
 
 func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[11]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1306,7 @@ func (x *ListOffsetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsRequest.ProtoReflect.Descriptor instead.
 func (*ListOffsetsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{11}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListOffsetsRequest) GetPartitions() []*ListOffsetsPartition {
@@ -1235,7 +1336,7 @@ type ListOffsetsPartition struct {
 
 func (x *ListOffsetsPartition) Reset() {
 	*x = ListOffsetsPartition{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[12]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1348,7 @@ func (x *ListOffsetsPartition) String() string {
 func (*ListOffsetsPartition) ProtoMessage() {}
 
 func (x *ListOffsetsPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[12]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1361,7 @@ func (x *ListOffsetsPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsPartition.ProtoReflect.Descriptor instead.
 func (*ListOffsetsPartition) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{12}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListOffsetsPartition) GetTopic() string {
@@ -1300,7 +1401,7 @@ type ListOffsetsResponse struct {
 
 func (x *ListOffsetsResponse) Reset() {
 	*x = ListOffsetsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[13]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1413,7 @@ func (x *ListOffsetsResponse) String() string {
 func (*ListOffsetsResponse) ProtoMessage() {}
 
 func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[13]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1426,7 @@ func (x *ListOffsetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsResponse.ProtoReflect.Descriptor instead.
 func (*ListOffsetsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{13}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListOffsetsResponse) GetPartitions() []*ListOffsetsPartitionResult {
@@ -1350,7 +1451,7 @@ type ListOffsetsPartitionResult struct {
 
 func (x *ListOffsetsPartitionResult) Reset() {
 	*x = ListOffsetsPartitionResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[14]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1463,7 @@ func (x *ListOffsetsPartitionResult) String() string {
 func (*ListOffsetsPartitionResult) ProtoMessage() {}
 
 func (x *ListOffsetsPartitionResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[14]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1476,7 @@ func (x *ListOffsetsPartitionResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOffsetsPartitionResult.ProtoReflect.Descriptor instead.
 func (*ListOffsetsPartitionResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{14}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListOffsetsPartitionResult) GetTopic() string {
@@ -1423,7 +1524,7 @@ type MetadataRequest struct {
 
 func (x *MetadataRequest) Reset() {
 	*x = MetadataRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[15]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1536,7 @@ func (x *MetadataRequest) String() string {
 func (*MetadataRequest) ProtoMessage() {}
 
 func (x *MetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[15]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1549,7 @@ func (x *MetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataRequest.ProtoReflect.Descriptor instead.
 func (*MetadataRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{15}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MetadataRequest) GetTopics() []string {
@@ -1470,7 +1571,7 @@ type MetadataResponse struct {
 
 func (x *MetadataResponse) Reset() {
 	*x = MetadataResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[16]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1583,7 @@ func (x *MetadataResponse) String() string {
 func (*MetadataResponse) ProtoMessage() {}
 
 func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[16]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1596,7 @@ func (x *MetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetadataResponse.ProtoReflect.Descriptor instead.
 func (*MetadataResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{16}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MetadataResponse) GetBrokers() []*Broker {
@@ -1538,7 +1639,7 @@ type Broker struct {
 
 func (x *Broker) Reset() {
 	*x = Broker{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[17]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1651,7 @@ func (x *Broker) String() string {
 func (*Broker) ProtoMessage() {}
 
 func (x *Broker) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[17]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1664,7 @@ func (x *Broker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Broker.ProtoReflect.Descriptor instead.
 func (*Broker) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{17}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Broker) GetNodeId() int32 {
@@ -1601,7 +1702,7 @@ type TopicMetadata struct {
 
 func (x *TopicMetadata) Reset() {
 	*x = TopicMetadata{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[18]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1714,7 @@ func (x *TopicMetadata) String() string {
 func (*TopicMetadata) ProtoMessage() {}
 
 func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[18]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1727,7 @@ func (x *TopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicMetadata.ProtoReflect.Descriptor instead.
 func (*TopicMetadata) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{18}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TopicMetadata) GetName() string {
@@ -1678,7 +1779,7 @@ type PartitionMetadata struct {
 
 func (x *PartitionMetadata) Reset() {
 	*x = PartitionMetadata{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[19]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1791,7 @@ func (x *PartitionMetadata) String() string {
 func (*PartitionMetadata) ProtoMessage() {}
 
 func (x *PartitionMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[19]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1804,7 @@ func (x *PartitionMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionMetadata.ProtoReflect.Descriptor instead.
 func (*PartitionMetadata) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{19}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PartitionMetadata) GetPartition() int32 {
@@ -1757,7 +1858,7 @@ type ReassignPartitionsRequest struct {
 
 func (x *ReassignPartitionsRequest) Reset() {
 	*x = ReassignPartitionsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1769,7 +1870,7 @@ func (x *ReassignPartitionsRequest) String() string {
 func (*ReassignPartitionsRequest) ProtoMessage() {}
 
 func (x *ReassignPartitionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[20]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1782,7 +1883,7 @@ func (x *ReassignPartitionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignPartitionsRequest.ProtoReflect.Descriptor instead.
 func (*ReassignPartitionsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{20}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReassignPartitionsRequest) GetPartitions() []*PartitionReassignment {
@@ -1804,7 +1905,7 @@ type PartitionReassignment struct {
 
 func (x *PartitionReassignment) Reset() {
 	*x = PartitionReassignment{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1917,7 @@ func (x *PartitionReassignment) String() string {
 func (*PartitionReassignment) ProtoMessage() {}
 
 func (x *PartitionReassignment) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[21]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1930,7 @@ func (x *PartitionReassignment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReassignment.ProtoReflect.Descriptor instead.
 func (*PartitionReassignment) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{21}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PartitionReassignment) GetTopic() string {
@@ -1862,7 +1963,7 @@ type ReassignPartitionsResponse struct {
 
 func (x *ReassignPartitionsResponse) Reset() {
 	*x = ReassignPartitionsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +1975,7 @@ func (x *ReassignPartitionsResponse) String() string {
 func (*ReassignPartitionsResponse) ProtoMessage() {}
 
 func (x *ReassignPartitionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[22]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +1988,7 @@ func (x *ReassignPartitionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReassignPartitionsResponse.ProtoReflect.Descriptor instead.
 func (*ReassignPartitionsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{22}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ReassignPartitionsResponse) GetPartitions() []*PartitionReassignmentResult {
@@ -1908,7 +2009,7 @@ type PartitionReassignmentResult struct {
 
 func (x *PartitionReassignmentResult) Reset() {
 	*x = PartitionReassignmentResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2021,7 @@ func (x *PartitionReassignmentResult) String() string {
 func (*PartitionReassignmentResult) ProtoMessage() {}
 
 func (x *PartitionReassignmentResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[23]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2034,7 @@ func (x *PartitionReassignmentResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionReassignmentResult.ProtoReflect.Descriptor instead.
 func (*PartitionReassignmentResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{23}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PartitionReassignmentResult) GetTopic() string {
@@ -1969,7 +2070,7 @@ type ElectLeadersRequest struct {
 
 func (x *ElectLeadersRequest) Reset() {
 	*x = ElectLeadersRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2082,7 @@ func (x *ElectLeadersRequest) String() string {
 func (*ElectLeadersRequest) ProtoMessage() {}
 
 func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[24]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2095,7 @@ func (x *ElectLeadersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersRequest.ProtoReflect.Descriptor instead.
 func (*ElectLeadersRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{24}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ElectLeadersRequest) GetTopic() string {
@@ -2021,7 +2122,7 @@ type ElectLeadersResponse struct {
 
 func (x *ElectLeadersResponse) Reset() {
 	*x = ElectLeadersResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2134,7 @@ func (x *ElectLeadersResponse) String() string {
 func (*ElectLeadersResponse) ProtoMessage() {}
 
 func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[25]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2147,7 @@ func (x *ElectLeadersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ElectLeadersResponse.ProtoReflect.Descriptor instead.
 func (*ElectLeadersResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{25}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ElectLeadersResponse) GetMoved() []*PartitionLeader {
@@ -2068,7 +2169,7 @@ type PartitionLeader struct {
 
 func (x *PartitionLeader) Reset() {
 	*x = PartitionLeader{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2181,7 @@ func (x *PartitionLeader) String() string {
 func (*PartitionLeader) ProtoMessage() {}
 
 func (x *PartitionLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[26]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2194,7 @@ func (x *PartitionLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionLeader.ProtoReflect.Descriptor instead.
 func (*PartitionLeader) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{26}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PartitionLeader) GetTopic() string {
@@ -2135,7 +2236,7 @@ type CreateTopicsRequest struct {
 
 func (x *CreateTopicsRequest) Reset() {
 	*x = CreateTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2147,7 +2248,7 @@ func (x *CreateTopicsRequest) String() string {
 func (*CreateTopicsRequest) ProtoMessage() {}
 
 func (x *CreateTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[27]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2160,7 +2261,7 @@ func (x *CreateTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicsRequest.ProtoReflect.Descriptor instead.
 func (*CreateTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{27}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateTopicsRequest) GetTopics() []*NewTopic {
@@ -2191,7 +2292,7 @@ type NewTopic struct {
 
 func (x *NewTopic) Reset() {
 	*x = NewTopic{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2304,7 @@ func (x *NewTopic) String() string {
 func (*NewTopic) ProtoMessage() {}
 
 func (x *NewTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[28]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2317,7 @@ func (x *NewTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NewTopic.ProtoReflect.Descriptor instead.
 func (*NewTopic) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{28}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *NewTopic) GetName() string {
@@ -2256,7 +2357,7 @@ type CreateTopicsResponse struct {
 
 func (x *CreateTopicsResponse) Reset() {
 	*x = CreateTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2369,7 @@ func (x *CreateTopicsResponse) String() string {
 func (*CreateTopicsResponse) ProtoMessage() {}
 
 func (x *CreateTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[29]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2382,7 @@ func (x *CreateTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTopicsResponse.ProtoReflect.Descriptor instead.
 func (*CreateTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{29}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateTopicsResponse) GetTopics() []*TopicResult {
@@ -2302,7 +2403,7 @@ type TopicResult struct {
 
 func (x *TopicResult) Reset() {
 	*x = TopicResult{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2314,7 +2415,7 @@ func (x *TopicResult) String() string {
 func (*TopicResult) ProtoMessage() {}
 
 func (x *TopicResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[30]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2327,7 +2428,7 @@ func (x *TopicResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicResult.ProtoReflect.Descriptor instead.
 func (*TopicResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{30}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TopicResult) GetName() string {
@@ -2360,7 +2461,7 @@ type DeleteTopicsRequest struct {
 
 func (x *DeleteTopicsRequest) Reset() {
 	*x = DeleteTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2473,7 @@ func (x *DeleteTopicsRequest) String() string {
 func (*DeleteTopicsRequest) ProtoMessage() {}
 
 func (x *DeleteTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[31]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2486,7 @@ func (x *DeleteTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicsRequest.ProtoReflect.Descriptor instead.
 func (*DeleteTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{31}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteTopicsRequest) GetTopics() []string {
@@ -2404,7 +2505,7 @@ type DeleteTopicsResponse struct {
 
 func (x *DeleteTopicsResponse) Reset() {
 	*x = DeleteTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2517,7 @@ func (x *DeleteTopicsResponse) String() string {
 func (*DeleteTopicsResponse) ProtoMessage() {}
 
 func (x *DeleteTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[32]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2530,7 @@ func (x *DeleteTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteTopicsResponse.ProtoReflect.Descriptor instead.
 func (*DeleteTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{32}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteTopicsResponse) GetTopics() []*TopicResult {
@@ -2448,7 +2549,7 @@ type ListTopicsRequest struct {
 
 func (x *ListTopicsRequest) Reset() {
 	*x = ListTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2460,7 +2561,7 @@ func (x *ListTopicsRequest) String() string {
 func (*ListTopicsRequest) ProtoMessage() {}
 
 func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[33]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2473,7 +2574,7 @@ func (x *ListTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsRequest.ProtoReflect.Descriptor instead.
 func (*ListTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{33}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTopicsRequest) GetIncludeInternal() bool {
@@ -2492,7 +2593,7 @@ type ListTopicsResponse struct {
 
 func (x *ListTopicsResponse) Reset() {
 	*x = ListTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2605,7 @@ func (x *ListTopicsResponse) String() string {
 func (*ListTopicsResponse) ProtoMessage() {}
 
 func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[34]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2618,7 @@ func (x *ListTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTopicsResponse.ProtoReflect.Descriptor instead.
 func (*ListTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{34}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTopicsResponse) GetTopics() []*TopicSummary {
@@ -2540,7 +2641,7 @@ type TopicSummary struct {
 
 func (x *TopicSummary) Reset() {
 	*x = TopicSummary{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2653,7 @@ func (x *TopicSummary) String() string {
 func (*TopicSummary) ProtoMessage() {}
 
 func (x *TopicSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[35]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2666,7 @@ func (x *TopicSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicSummary.ProtoReflect.Descriptor instead.
 func (*TopicSummary) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{35}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *TopicSummary) GetName() string {
@@ -2614,7 +2715,7 @@ type DescribeTopicsRequest struct {
 
 func (x *DescribeTopicsRequest) Reset() {
 	*x = DescribeTopicsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2626,7 +2727,7 @@ func (x *DescribeTopicsRequest) String() string {
 func (*DescribeTopicsRequest) ProtoMessage() {}
 
 func (x *DescribeTopicsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[36]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2639,7 +2740,7 @@ func (x *DescribeTopicsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicsRequest.ProtoReflect.Descriptor instead.
 func (*DescribeTopicsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{36}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DescribeTopicsRequest) GetTopics() []string {
@@ -2665,7 +2766,7 @@ type DescribeTopicsResponse struct {
 
 func (x *DescribeTopicsResponse) Reset() {
 	*x = DescribeTopicsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2778,7 @@ func (x *DescribeTopicsResponse) String() string {
 func (*DescribeTopicsResponse) ProtoMessage() {}
 
 func (x *DescribeTopicsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[37]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2791,7 @@ func (x *DescribeTopicsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeTopicsResponse.ProtoReflect.Descriptor instead.
 func (*DescribeTopicsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{37}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DescribeTopicsResponse) GetTopics() []*TopicDescription {
@@ -2716,7 +2817,7 @@ type TopicDescription struct {
 
 func (x *TopicDescription) Reset() {
 	*x = TopicDescription{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2829,7 @@ func (x *TopicDescription) String() string {
 func (*TopicDescription) ProtoMessage() {}
 
 func (x *TopicDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[38]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +2842,7 @@ func (x *TopicDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicDescription.ProtoReflect.Descriptor instead.
 func (*TopicDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{38}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TopicDescription) GetName() string {
@@ -2805,7 +2906,7 @@ type ConfigEntry struct {
 
 func (x *ConfigEntry) Reset() {
 	*x = ConfigEntry{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2918,7 @@ func (x *ConfigEntry) String() string {
 func (*ConfigEntry) ProtoMessage() {}
 
 func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[39]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2931,7 @@ func (x *ConfigEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigEntry.ProtoReflect.Descriptor instead.
 func (*ConfigEntry) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{39}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ConfigEntry) GetName() string {
@@ -2877,7 +2978,7 @@ type PartitionDescription struct {
 
 func (x *PartitionDescription) Reset() {
 	*x = PartitionDescription{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +2990,7 @@ func (x *PartitionDescription) String() string {
 func (*PartitionDescription) ProtoMessage() {}
 
 func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[40]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3003,7 @@ func (x *PartitionDescription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionDescription.ProtoReflect.Descriptor instead.
 func (*PartitionDescription) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{40}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PartitionDescription) GetPartition() int32 {
@@ -3007,7 +3108,7 @@ type PartitionStats struct {
 
 func (x *PartitionStats) Reset() {
 	*x = PartitionStats{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[41]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3120,7 @@ func (x *PartitionStats) String() string {
 func (*PartitionStats) ProtoMessage() {}
 
 func (x *PartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[41]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3133,7 @@ func (x *PartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionStats.ProtoReflect.Descriptor instead.
 func (*PartitionStats) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{41}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PartitionStats) GetLastMinute() *PartitionRate {
@@ -3096,7 +3197,7 @@ type PartitionRate struct {
 
 func (x *PartitionRate) Reset() {
 	*x = PartitionRate{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[42]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3108,7 +3209,7 @@ func (x *PartitionRate) String() string {
 func (*PartitionRate) ProtoMessage() {}
 
 func (x *PartitionRate) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[42]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3121,7 +3222,7 @@ func (x *PartitionRate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionRate.ProtoReflect.Descriptor instead.
 func (*PartitionRate) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{42}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PartitionRate) GetBytesInPerSec() float64 {
@@ -3151,7 +3252,7 @@ type AlterTopicConfigsRequest struct {
 
 func (x *AlterTopicConfigsRequest) Reset() {
 	*x = AlterTopicConfigsRequest{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[43]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +3264,7 @@ func (x *AlterTopicConfigsRequest) String() string {
 func (*AlterTopicConfigsRequest) ProtoMessage() {}
 
 func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[43]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +3277,7 @@ func (x *AlterTopicConfigsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsRequest.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{43}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AlterTopicConfigsRequest) GetTopic() string {
@@ -3216,7 +3317,7 @@ type AlterTopicConfigsResponse struct {
 
 func (x *AlterTopicConfigsResponse) Reset() {
 	*x = AlterTopicConfigsResponse{}
-	mi := &file_runnel_v1_runnel_proto_msgTypes[44]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3329,7 @@ func (x *AlterTopicConfigsResponse) String() string {
 func (*AlterTopicConfigsResponse) ProtoMessage() {}
 
 func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_runnel_proto_msgTypes[44]
+	mi := &file_runnel_v1_runnel_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3342,7 @@ func (x *AlterTopicConfigsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AlterTopicConfigsResponse.ProtoReflect.Descriptor instead.
 func (*AlterTopicConfigsResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{44}
+	return file_runnel_v1_runnel_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AlterTopicConfigsResponse) GetConfigs() []*ConfigEntry {
@@ -3261,7 +3362,7 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
 	"\tretriable\x18\x03 \x01(\bR\tretriable\x12\x1b\n" +
 	"\tleader_id\x18\x04 \x01(\x05R\bleaderId\x12!\n" +
-	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\"\xb8\x01\n" +
+	"\fleader_epoch\x18\x05 \x01(\x05R\vleaderEpoch\"\xe3\x01\n" +
 	"\x0eProduceRequest\x12%\n" +
 	"\x0ecorrelation_id\x18\x01 \x01(\x03R\rcorrelationId\x12#\n" +
 	"\x04acks\x18\x02 \x01(\x0e2\x0f.runnel.v1.AcksR\x04acks\x12\x1d\n" +
@@ -3269,7 +3370,8 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"timeout_ms\x18\x03 \x01(\x05R\ttimeoutMs\x12;\n" +
 	"\n" +
 	"partitions\x18\x04 \x03(\v2\x1b.runnel.v1.ProducePartitionR\n" +
-	"partitions\"\xc5\x02\n" +
+	"partitions\x12)\n" +
+	"\x10transactional_id\x18\x05 \x01(\tR\x0ftransactionalId\"\xc5\x02\n" +
 	"\x10ProducePartition\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x18\n" +
@@ -3317,7 +3419,7 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\rFetchResponse\x12?\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2\x1f.runnel.v1.FetchPartitionResultR\n" +
-	"partitions\"\x8f\x02\n" +
+	"partitions\"\xe1\x02\n" +
 	"\x14FetchPartitionResult\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12*\n" +
@@ -3325,7 +3427,12 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x0ehigh_watermark\x18\x04 \x01(\x03R\rhighWatermark\x12,\n" +
 	"\x12last_stable_offset\x18\x05 \x01(\x03R\x10lastStableOffset\x12(\n" +
 	"\x10log_start_offset\x18\x06 \x01(\x03R\x0elogStartOffset\x12\x18\n" +
-	"\arecords\x18\a \x01(\fR\arecords\"\x99\x01\n" +
+	"\arecords\x18\a \x01(\fR\arecords\x12P\n" +
+	"\x14aborted_transactions\x18\b \x03(\v2\x1d.runnel.v1.AbortedTransactionR\x13abortedTransactions\"X\n" +
+	"\x12AbortedTransaction\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12!\n" +
+	"\ffirst_offset\x18\x02 \x01(\x03R\vfirstOffset\"\x99\x01\n" +
 	"\x12ListOffsetsRequest\x12?\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2\x1f.runnel.v1.ListOffsetsPartitionR\n" +
@@ -3491,7 +3598,7 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
 	"\x19AlterTopicConfigsResponse\x120\n" +
-	"\aconfigs\x18\x01 \x03(\v2\x16.runnel.v1.ConfigEntryR\aconfigs*\xf0\v\n" +
+	"\aconfigs\x18\x01 \x03(\v2\x16.runnel.v1.ConfigEntryR\aconfigs*\xdb\r\n" +
 	"\tErrorCode\x12\b\n" +
 	"\x04NONE\x10\x00\x12\x17\n" +
 	"\x13OFFSET_OUT_OF_RANGE\x10\x01\x12\x13\n" +
@@ -3512,6 +3619,14 @@ const file_runnel_v1_runnel_proto_rawDesc = "" +
 	"\x19DUPLICATE_SEQUENCE_NUMBER\x10.\x12\x1a\n" +
 	"\x16INVALID_PRODUCER_EPOCH\x10/\x12\x17\n" +
 	"\x13UNKNOWN_PRODUCER_ID\x10;\x12\x15\n" +
+	"\x11INVALID_TXN_STATE\x100\x12\x1f\n" +
+	"\x1bINVALID_PRODUCER_ID_MAPPING\x101\x12\x1f\n" +
+	"\x1bINVALID_TRANSACTION_TIMEOUT\x102\x12\x1b\n" +
+	"\x17CONCURRENT_TRANSACTIONS\x103\x12\"\n" +
+	"\x1eTRANSACTION_COORDINATOR_FENCED\x104\x12\x1a\n" +
+	"\x16UNSTABLE_OFFSET_COMMIT\x10X\x12\x13\n" +
+	"\x0fPRODUCER_FENCED\x10Z\x12\x1e\n" +
+	"\x1aTRANSACTIONAL_ID_NOT_FOUND\x10i\x12\x15\n" +
 	"\x11INVALID_TIMESTAMP\x10 \x12\x17\n" +
 	"\x13UNSUPPORTED_VERSION\x10#\x12\x18\n" +
 	"\x14TOPIC_ALREADY_EXISTS\x10$\x12\x16\n" +
@@ -3595,7 +3710,7 @@ func file_runnel_v1_runnel_proto_rawDescGZIP() []byte {
 }
 
 var file_runnel_v1_runnel_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_runnel_v1_runnel_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_runnel_v1_runnel_proto_goTypes = []any{
 	(ErrorCode)(0),                      // 0: runnel.v1.ErrorCode
 	(Acks)(0),                           // 1: runnel.v1.Acks
@@ -3612,115 +3727,117 @@ var file_runnel_v1_runnel_proto_goTypes = []any{
 	(*FetchPartition)(nil),              // 12: runnel.v1.FetchPartition
 	(*FetchResponse)(nil),               // 13: runnel.v1.FetchResponse
 	(*FetchPartitionResult)(nil),        // 14: runnel.v1.FetchPartitionResult
-	(*ListOffsetsRequest)(nil),          // 15: runnel.v1.ListOffsetsRequest
-	(*ListOffsetsPartition)(nil),        // 16: runnel.v1.ListOffsetsPartition
-	(*ListOffsetsResponse)(nil),         // 17: runnel.v1.ListOffsetsResponse
-	(*ListOffsetsPartitionResult)(nil),  // 18: runnel.v1.ListOffsetsPartitionResult
-	(*MetadataRequest)(nil),             // 19: runnel.v1.MetadataRequest
-	(*MetadataResponse)(nil),            // 20: runnel.v1.MetadataResponse
-	(*Broker)(nil),                      // 21: runnel.v1.Broker
-	(*TopicMetadata)(nil),               // 22: runnel.v1.TopicMetadata
-	(*PartitionMetadata)(nil),           // 23: runnel.v1.PartitionMetadata
-	(*ReassignPartitionsRequest)(nil),   // 24: runnel.v1.ReassignPartitionsRequest
-	(*PartitionReassignment)(nil),       // 25: runnel.v1.PartitionReassignment
-	(*ReassignPartitionsResponse)(nil),  // 26: runnel.v1.ReassignPartitionsResponse
-	(*PartitionReassignmentResult)(nil), // 27: runnel.v1.PartitionReassignmentResult
-	(*ElectLeadersRequest)(nil),         // 28: runnel.v1.ElectLeadersRequest
-	(*ElectLeadersResponse)(nil),        // 29: runnel.v1.ElectLeadersResponse
-	(*PartitionLeader)(nil),             // 30: runnel.v1.PartitionLeader
-	(*CreateTopicsRequest)(nil),         // 31: runnel.v1.CreateTopicsRequest
-	(*NewTopic)(nil),                    // 32: runnel.v1.NewTopic
-	(*CreateTopicsResponse)(nil),        // 33: runnel.v1.CreateTopicsResponse
-	(*TopicResult)(nil),                 // 34: runnel.v1.TopicResult
-	(*DeleteTopicsRequest)(nil),         // 35: runnel.v1.DeleteTopicsRequest
-	(*DeleteTopicsResponse)(nil),        // 36: runnel.v1.DeleteTopicsResponse
-	(*ListTopicsRequest)(nil),           // 37: runnel.v1.ListTopicsRequest
-	(*ListTopicsResponse)(nil),          // 38: runnel.v1.ListTopicsResponse
-	(*TopicSummary)(nil),                // 39: runnel.v1.TopicSummary
-	(*DescribeTopicsRequest)(nil),       // 40: runnel.v1.DescribeTopicsRequest
-	(*DescribeTopicsResponse)(nil),      // 41: runnel.v1.DescribeTopicsResponse
-	(*TopicDescription)(nil),            // 42: runnel.v1.TopicDescription
-	(*ConfigEntry)(nil),                 // 43: runnel.v1.ConfigEntry
-	(*PartitionDescription)(nil),        // 44: runnel.v1.PartitionDescription
-	(*PartitionStats)(nil),              // 45: runnel.v1.PartitionStats
-	(*PartitionRate)(nil),               // 46: runnel.v1.PartitionRate
-	(*AlterTopicConfigsRequest)(nil),    // 47: runnel.v1.AlterTopicConfigsRequest
-	(*AlterTopicConfigsResponse)(nil),   // 48: runnel.v1.AlterTopicConfigsResponse
-	nil,                                 // 49: runnel.v1.ProducePartition.TraceContextEntry
-	nil,                                 // 50: runnel.v1.NewTopic.ConfigsEntry
-	nil,                                 // 51: runnel.v1.AlterTopicConfigsRequest.SetEntry
+	(*AbortedTransaction)(nil),          // 15: runnel.v1.AbortedTransaction
+	(*ListOffsetsRequest)(nil),          // 16: runnel.v1.ListOffsetsRequest
+	(*ListOffsetsPartition)(nil),        // 17: runnel.v1.ListOffsetsPartition
+	(*ListOffsetsResponse)(nil),         // 18: runnel.v1.ListOffsetsResponse
+	(*ListOffsetsPartitionResult)(nil),  // 19: runnel.v1.ListOffsetsPartitionResult
+	(*MetadataRequest)(nil),             // 20: runnel.v1.MetadataRequest
+	(*MetadataResponse)(nil),            // 21: runnel.v1.MetadataResponse
+	(*Broker)(nil),                      // 22: runnel.v1.Broker
+	(*TopicMetadata)(nil),               // 23: runnel.v1.TopicMetadata
+	(*PartitionMetadata)(nil),           // 24: runnel.v1.PartitionMetadata
+	(*ReassignPartitionsRequest)(nil),   // 25: runnel.v1.ReassignPartitionsRequest
+	(*PartitionReassignment)(nil),       // 26: runnel.v1.PartitionReassignment
+	(*ReassignPartitionsResponse)(nil),  // 27: runnel.v1.ReassignPartitionsResponse
+	(*PartitionReassignmentResult)(nil), // 28: runnel.v1.PartitionReassignmentResult
+	(*ElectLeadersRequest)(nil),         // 29: runnel.v1.ElectLeadersRequest
+	(*ElectLeadersResponse)(nil),        // 30: runnel.v1.ElectLeadersResponse
+	(*PartitionLeader)(nil),             // 31: runnel.v1.PartitionLeader
+	(*CreateTopicsRequest)(nil),         // 32: runnel.v1.CreateTopicsRequest
+	(*NewTopic)(nil),                    // 33: runnel.v1.NewTopic
+	(*CreateTopicsResponse)(nil),        // 34: runnel.v1.CreateTopicsResponse
+	(*TopicResult)(nil),                 // 35: runnel.v1.TopicResult
+	(*DeleteTopicsRequest)(nil),         // 36: runnel.v1.DeleteTopicsRequest
+	(*DeleteTopicsResponse)(nil),        // 37: runnel.v1.DeleteTopicsResponse
+	(*ListTopicsRequest)(nil),           // 38: runnel.v1.ListTopicsRequest
+	(*ListTopicsResponse)(nil),          // 39: runnel.v1.ListTopicsResponse
+	(*TopicSummary)(nil),                // 40: runnel.v1.TopicSummary
+	(*DescribeTopicsRequest)(nil),       // 41: runnel.v1.DescribeTopicsRequest
+	(*DescribeTopicsResponse)(nil),      // 42: runnel.v1.DescribeTopicsResponse
+	(*TopicDescription)(nil),            // 43: runnel.v1.TopicDescription
+	(*ConfigEntry)(nil),                 // 44: runnel.v1.ConfigEntry
+	(*PartitionDescription)(nil),        // 45: runnel.v1.PartitionDescription
+	(*PartitionStats)(nil),              // 46: runnel.v1.PartitionStats
+	(*PartitionRate)(nil),               // 47: runnel.v1.PartitionRate
+	(*AlterTopicConfigsRequest)(nil),    // 48: runnel.v1.AlterTopicConfigsRequest
+	(*AlterTopicConfigsResponse)(nil),   // 49: runnel.v1.AlterTopicConfigsResponse
+	nil,                                 // 50: runnel.v1.ProducePartition.TraceContextEntry
+	nil,                                 // 51: runnel.v1.NewTopic.ConfigsEntry
+	nil,                                 // 52: runnel.v1.AlterTopicConfigsRequest.SetEntry
 }
 var file_runnel_v1_runnel_proto_depIdxs = []int32{
 	0,  // 0: runnel.v1.ErrorInfo.code:type_name -> runnel.v1.ErrorCode
 	1,  // 1: runnel.v1.ProduceRequest.acks:type_name -> runnel.v1.Acks
 	6,  // 2: runnel.v1.ProduceRequest.partitions:type_name -> runnel.v1.ProducePartition
-	49, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
+	50, // 3: runnel.v1.ProducePartition.trace_context:type_name -> runnel.v1.ProducePartition.TraceContextEntry
 	10, // 4: runnel.v1.ProduceResponse.partitions:type_name -> runnel.v1.ProducePartitionResult
 	4,  // 5: runnel.v1.ProducePartitionResult.error:type_name -> runnel.v1.ErrorInfo
 	2,  // 6: runnel.v1.FetchRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
 	12, // 7: runnel.v1.FetchRequest.partitions:type_name -> runnel.v1.FetchPartition
 	14, // 8: runnel.v1.FetchResponse.partitions:type_name -> runnel.v1.FetchPartitionResult
 	4,  // 9: runnel.v1.FetchPartitionResult.error:type_name -> runnel.v1.ErrorInfo
-	16, // 10: runnel.v1.ListOffsetsRequest.partitions:type_name -> runnel.v1.ListOffsetsPartition
-	2,  // 11: runnel.v1.ListOffsetsRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
-	3,  // 12: runnel.v1.ListOffsetsPartition.spec:type_name -> runnel.v1.OffsetSpec
-	18, // 13: runnel.v1.ListOffsetsResponse.partitions:type_name -> runnel.v1.ListOffsetsPartitionResult
-	4,  // 14: runnel.v1.ListOffsetsPartitionResult.error:type_name -> runnel.v1.ErrorInfo
-	21, // 15: runnel.v1.MetadataResponse.brokers:type_name -> runnel.v1.Broker
-	22, // 16: runnel.v1.MetadataResponse.topics:type_name -> runnel.v1.TopicMetadata
-	4,  // 17: runnel.v1.TopicMetadata.error:type_name -> runnel.v1.ErrorInfo
-	23, // 18: runnel.v1.TopicMetadata.partitions:type_name -> runnel.v1.PartitionMetadata
-	4,  // 19: runnel.v1.PartitionMetadata.error:type_name -> runnel.v1.ErrorInfo
-	25, // 20: runnel.v1.ReassignPartitionsRequest.partitions:type_name -> runnel.v1.PartitionReassignment
-	27, // 21: runnel.v1.ReassignPartitionsResponse.partitions:type_name -> runnel.v1.PartitionReassignmentResult
-	4,  // 22: runnel.v1.PartitionReassignmentResult.error:type_name -> runnel.v1.ErrorInfo
-	30, // 23: runnel.v1.ElectLeadersResponse.moved:type_name -> runnel.v1.PartitionLeader
-	32, // 24: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
-	50, // 25: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
-	34, // 26: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	4,  // 27: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
-	34, // 28: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
-	39, // 29: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
-	42, // 30: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
-	4,  // 31: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
-	43, // 32: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
-	44, // 33: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
-	45, // 34: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
-	46, // 35: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
-	46, // 36: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
-	51, // 37: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
-	43, // 38: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
-	5,  // 39: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
-	5,  // 40: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
-	11, // 41: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
-	15, // 42: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
-	19, // 43: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
-	7,  // 44: runnel.v1.Records.InitProducerId:input_type -> runnel.v1.InitProducerIdRequest
-	31, // 45: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
-	35, // 46: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
-	37, // 47: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
-	40, // 48: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
-	47, // 49: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
-	28, // 50: runnel.v1.Admin.ElectLeaders:input_type -> runnel.v1.ElectLeadersRequest
-	24, // 51: runnel.v1.Admin.ReassignPartitions:input_type -> runnel.v1.ReassignPartitionsRequest
-	9,  // 52: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
-	9,  // 53: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
-	13, // 54: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
-	17, // 55: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
-	20, // 56: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
-	8,  // 57: runnel.v1.Records.InitProducerId:output_type -> runnel.v1.InitProducerIdResponse
-	33, // 58: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
-	36, // 59: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
-	38, // 60: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
-	41, // 61: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
-	48, // 62: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
-	29, // 63: runnel.v1.Admin.ElectLeaders:output_type -> runnel.v1.ElectLeadersResponse
-	26, // 64: runnel.v1.Admin.ReassignPartitions:output_type -> runnel.v1.ReassignPartitionsResponse
-	52, // [52:65] is the sub-list for method output_type
-	39, // [39:52] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	15, // 10: runnel.v1.FetchPartitionResult.aborted_transactions:type_name -> runnel.v1.AbortedTransaction
+	17, // 11: runnel.v1.ListOffsetsRequest.partitions:type_name -> runnel.v1.ListOffsetsPartition
+	2,  // 12: runnel.v1.ListOffsetsRequest.isolation_level:type_name -> runnel.v1.IsolationLevel
+	3,  // 13: runnel.v1.ListOffsetsPartition.spec:type_name -> runnel.v1.OffsetSpec
+	19, // 14: runnel.v1.ListOffsetsResponse.partitions:type_name -> runnel.v1.ListOffsetsPartitionResult
+	4,  // 15: runnel.v1.ListOffsetsPartitionResult.error:type_name -> runnel.v1.ErrorInfo
+	22, // 16: runnel.v1.MetadataResponse.brokers:type_name -> runnel.v1.Broker
+	23, // 17: runnel.v1.MetadataResponse.topics:type_name -> runnel.v1.TopicMetadata
+	4,  // 18: runnel.v1.TopicMetadata.error:type_name -> runnel.v1.ErrorInfo
+	24, // 19: runnel.v1.TopicMetadata.partitions:type_name -> runnel.v1.PartitionMetadata
+	4,  // 20: runnel.v1.PartitionMetadata.error:type_name -> runnel.v1.ErrorInfo
+	26, // 21: runnel.v1.ReassignPartitionsRequest.partitions:type_name -> runnel.v1.PartitionReassignment
+	28, // 22: runnel.v1.ReassignPartitionsResponse.partitions:type_name -> runnel.v1.PartitionReassignmentResult
+	4,  // 23: runnel.v1.PartitionReassignmentResult.error:type_name -> runnel.v1.ErrorInfo
+	31, // 24: runnel.v1.ElectLeadersResponse.moved:type_name -> runnel.v1.PartitionLeader
+	33, // 25: runnel.v1.CreateTopicsRequest.topics:type_name -> runnel.v1.NewTopic
+	51, // 26: runnel.v1.NewTopic.configs:type_name -> runnel.v1.NewTopic.ConfigsEntry
+	35, // 27: runnel.v1.CreateTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	4,  // 28: runnel.v1.TopicResult.error:type_name -> runnel.v1.ErrorInfo
+	35, // 29: runnel.v1.DeleteTopicsResponse.topics:type_name -> runnel.v1.TopicResult
+	40, // 30: runnel.v1.ListTopicsResponse.topics:type_name -> runnel.v1.TopicSummary
+	43, // 31: runnel.v1.DescribeTopicsResponse.topics:type_name -> runnel.v1.TopicDescription
+	4,  // 32: runnel.v1.TopicDescription.error:type_name -> runnel.v1.ErrorInfo
+	44, // 33: runnel.v1.TopicDescription.configs:type_name -> runnel.v1.ConfigEntry
+	45, // 34: runnel.v1.TopicDescription.partitions:type_name -> runnel.v1.PartitionDescription
+	46, // 35: runnel.v1.PartitionDescription.stats:type_name -> runnel.v1.PartitionStats
+	47, // 36: runnel.v1.PartitionStats.last_minute:type_name -> runnel.v1.PartitionRate
+	47, // 37: runnel.v1.PartitionStats.last_five_minutes:type_name -> runnel.v1.PartitionRate
+	52, // 38: runnel.v1.AlterTopicConfigsRequest.set:type_name -> runnel.v1.AlterTopicConfigsRequest.SetEntry
+	44, // 39: runnel.v1.AlterTopicConfigsResponse.configs:type_name -> runnel.v1.ConfigEntry
+	5,  // 40: runnel.v1.Records.Produce:input_type -> runnel.v1.ProduceRequest
+	5,  // 41: runnel.v1.Records.ProduceStream:input_type -> runnel.v1.ProduceRequest
+	11, // 42: runnel.v1.Records.Fetch:input_type -> runnel.v1.FetchRequest
+	16, // 43: runnel.v1.Records.ListOffsets:input_type -> runnel.v1.ListOffsetsRequest
+	20, // 44: runnel.v1.Records.Metadata:input_type -> runnel.v1.MetadataRequest
+	7,  // 45: runnel.v1.Records.InitProducerId:input_type -> runnel.v1.InitProducerIdRequest
+	32, // 46: runnel.v1.Admin.CreateTopics:input_type -> runnel.v1.CreateTopicsRequest
+	36, // 47: runnel.v1.Admin.DeleteTopics:input_type -> runnel.v1.DeleteTopicsRequest
+	38, // 48: runnel.v1.Admin.ListTopics:input_type -> runnel.v1.ListTopicsRequest
+	41, // 49: runnel.v1.Admin.DescribeTopics:input_type -> runnel.v1.DescribeTopicsRequest
+	48, // 50: runnel.v1.Admin.AlterTopicConfigs:input_type -> runnel.v1.AlterTopicConfigsRequest
+	29, // 51: runnel.v1.Admin.ElectLeaders:input_type -> runnel.v1.ElectLeadersRequest
+	25, // 52: runnel.v1.Admin.ReassignPartitions:input_type -> runnel.v1.ReassignPartitionsRequest
+	9,  // 53: runnel.v1.Records.Produce:output_type -> runnel.v1.ProduceResponse
+	9,  // 54: runnel.v1.Records.ProduceStream:output_type -> runnel.v1.ProduceResponse
+	13, // 55: runnel.v1.Records.Fetch:output_type -> runnel.v1.FetchResponse
+	18, // 56: runnel.v1.Records.ListOffsets:output_type -> runnel.v1.ListOffsetsResponse
+	21, // 57: runnel.v1.Records.Metadata:output_type -> runnel.v1.MetadataResponse
+	8,  // 58: runnel.v1.Records.InitProducerId:output_type -> runnel.v1.InitProducerIdResponse
+	34, // 59: runnel.v1.Admin.CreateTopics:output_type -> runnel.v1.CreateTopicsResponse
+	37, // 60: runnel.v1.Admin.DeleteTopics:output_type -> runnel.v1.DeleteTopicsResponse
+	39, // 61: runnel.v1.Admin.ListTopics:output_type -> runnel.v1.ListTopicsResponse
+	42, // 62: runnel.v1.Admin.DescribeTopics:output_type -> runnel.v1.DescribeTopicsResponse
+	49, // 63: runnel.v1.Admin.AlterTopicConfigs:output_type -> runnel.v1.AlterTopicConfigsResponse
+	30, // 64: runnel.v1.Admin.ElectLeaders:output_type -> runnel.v1.ElectLeadersResponse
+	27, // 65: runnel.v1.Admin.ReassignPartitions:output_type -> runnel.v1.ReassignPartitionsResponse
+	53, // [53:66] is the sub-list for method output_type
+	40, // [40:53] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_runnel_v1_runnel_proto_init() }
@@ -3736,7 +3853,7 @@ func file_runnel_v1_runnel_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_runnel_proto_rawDesc), len(file_runnel_v1_runnel_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
