@@ -99,6 +99,8 @@ type Builder struct {
 	producerID    int64
 	producerEpoch int16
 	baseSequence  int32
+	// attrs are the transactional and control bits Build writes (SetTransactional, BuildControl).
+	attrs int16
 }
 
 // Reset empties the builder for a new batch, keeping its buffers. The producer fields go back to -1.
@@ -110,6 +112,18 @@ func (b *Builder) Reset() {
 	b.out = b.out[:0]
 	b.count, b.baseTs, b.maxTs, b.built = 0, 0, 0, false
 	b.hasProducer, b.producerID, b.producerEpoch, b.baseSequence = false, 0, 0, 0
+	b.attrs = 0
+}
+
+// SetTransactional marks the next Build's batch as part of a transaction (AttrTransactional, KIP-98):
+// read_committed readers hold it back until its producer's COMMIT marker, and drop it after an ABORT.
+// Like SetProducer it lasts until Reset, and goes with SetProducer (a transactional batch is idempotent).
+func (b *Builder) SetTransactional(on bool) {
+	if on {
+		b.attrs |= AttrTransactional
+	} else {
+		b.attrs &^= AttrTransactional
+	}
 }
 
 // SetProducer sets the producer id, producer epoch and base sequence that the next Build writes into
@@ -227,7 +241,7 @@ func (b *Builder) Build(c Compression) []byte {
 	be.PutUint32(out[8:], uint32(len(out)-lengthFieldEnd))
 	be.PutUint32(out[12:], math.MaxUint32) // partitionLeaderEpoch -1
 	out[16] = Magic
-	be.PutUint16(out[21:], uint16(attrs))
+	be.PutUint16(out[21:], uint16(attrs|b.attrs))
 	be.PutUint32(out[23:], uint32(lastDelta))
 	be.PutUint64(out[27:], uint64(b.baseTs))
 	be.PutUint64(out[35:], uint64(b.maxTs))
