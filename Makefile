@@ -3,7 +3,8 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/runnel
 DATA ?= ../shared/data
-export PATH := $(HOME)/go/bin:$(PATH)
+# Go from PATH, else the usual install place (/usr/local/go/bin), as docs/quickstart.md says.
+export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 
 .PHONY: help build run test test-long test-short bench bench-cluster bench-compare bench-profile demo proto lint fuzz clean deps
 
