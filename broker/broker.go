@@ -102,12 +102,36 @@ type Broker struct {
 
 	pids           producerIDs
 	psMu           sync.Mutex
-	producerStates map[plog.PartitionID]*producerState // idempotence state of partitions led here
+	producerStates map[plog.PartitionID]*producerState // idempotence and transaction state of partitions led here
+
+	// Transactions (txnmarkers.go): the coordinator's partition verification and the group
+	// coordinator's marker writer, set by the node (SetTxnVerifier, SetOffsetsMarkers); nil: not enabled.
+	txnMu          sync.RWMutex
+	txnVerifier    TxnVerifier
+	offsetsMarkers OffsetsMarkerWriter
 
 	stop     chan struct{}
 	draining chan struct{} // closed by Drain
 	drainMu  sync.Once
 	wg       sync.WaitGroup
+}
+
+// SetTxnVerifier installs the transaction coordinator's partition verification (KIP-890), which
+// transactional produce needs: until it is set (or after it is set to nil) transactional batches are
+// refused with INVALID_REQUEST. Safe to call at any time.
+func (b *Broker) SetTxnVerifier(v TxnVerifier) {
+	b.txnMu.Lock()
+	defer b.txnMu.Unlock()
+	b.txnVerifier = v
+}
+
+// SetOffsetsMarkers installs the group coordinator's writer of transaction markers on
+// __consumer_offsets partitions, to which WriteTxnMarkers hands those partitions; until it is set they
+// get COORDINATOR_NOT_AVAILABLE (retriable). Safe to call at any time.
+func (b *Broker) SetOffsetsMarkers(w OffsetsMarkerWriter) {
+	b.txnMu.Lock()
+	defer b.txnMu.Unlock()
+	b.offsetsMarkers = w
 }
 
 // topicLogs are the local logs of one topic incarnation (a topic deleted and created again has a new

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/broker/topiccfg"
 )
@@ -59,11 +60,12 @@ func (b *Broker) Compact(ctx context.Context, now time.Time) []PartitionCompacti
 		if !t.Config.Compact() {
 			continue
 		}
-		cfg := compactConfig(t.Config)
 		for i, p := range b.localTopicLogs(t) {
 			if p == nil {
 				continue
 			}
+			cfg := compactConfig(t.Config)
+			cfg.StableEnd = func() (int64, error) { return b.stableEnd(t, int32(i), p) }
 			st, err := p.Compact(ctx, now, cfg)
 			if ctx.Err() != nil {
 				return out
@@ -94,4 +96,21 @@ func compactConfig(c topiccfg.Config) plog.CompactConfig {
 		MaxCompactionLagMs:     c.MaxCompactionLagMs,
 		SegmentMs:              c.RollMs(),
 	}
+}
+
+// stableEnd is the cleaner's bound for a partition (plog.CompactConfig.StableEnd): the LSO. A leader
+// of a topic producers write has it from its producer state; otherwise it is worked out from the log's
+// tail each time (the cleaner asks only when the partition is due): the cached producer state belongs
+// to leaderships and a follower's copy would go stale, and internal topics (__consumer_offsets, whose
+// transactional offset commits the group coordinator writes itself) never pass through it.
+func (b *Broker) stableEnd(t *meta.Topic, partition int32, l *plog.Partition) (int64, error) {
+	if st, ok := t.Partition(partition); ok && st.Leader == b.cfg.NodeID && !t.Internal {
+		return b.lastStableOffset(t, partition, l)
+	}
+	r, err := rebuildProducers(l)
+	if err != nil {
+		return -1, err
+	}
+	ps := producerState{ongoing: r.ongoing, completing: r.completing}
+	return ps.lsoLocked(l.HighWatermark()), nil
 }

@@ -8,12 +8,17 @@ import (
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/client/batch"
 )
 
 // Fetch implements runnelv1.RecordsServer as a long poll: it reads every listed partition from its
 // fetch offset and answers once min_bytes are available, max_wait_ms has passed, or a partition has
 // an error. Sizes: max_bytes 0 means DefaultFetchMaxBytes and is capped at MaxFetchBytes;
 // partition_max_bytes 0 means DefaultPartitionMaxBytes. Negative sizes are INVALID_FETCH_SIZE.
+//
+// Isolation (KIP-98): READ_UNCOMMITTED reads up to the high watermark; READ_COMMITTED up to the last
+// stable offset (lastStableOffset), and lists the aborted transactions that overlap the answer, whose
+// transactional batches the consumer drops. Both report the LSO.
 func (b *Broker) Fetch(ctx context.Context, req *runnelv1.FetchRequest) (resp *runnelv1.FetchResponse, err error) {
 	defer func(start time.Time) { b.tel.FetchDone(ctx, start, req, resp, err) }(time.Now())
 	if req.MaxBytes < 0 || req.MinBytes < 0 || req.MaxWaitMs < 0 {
@@ -79,6 +84,7 @@ func longPoll[T any](ctx context.Context, deadline time.Time, minBytes int, read
 func (b *Broker) readOnce(req *runnelv1.FetchRequest, maxBytes int) (*runnelv1.FetchResponse, int, bool, []<-chan struct{}) {
 	resp := &runnelv1.FetchResponse{Partitions: make([]*runnelv1.FetchPartitionResult, len(req.Partitions))}
 	changed := make([]<-chan struct{}, 0, len(req.Partitions))
+	committed := req.IsolationLevel == runnelv1.IsolationLevel_READ_COMMITTED
 	total, anyErr := 0, false
 	for i, fp := range req.Partitions {
 		r := &runnelv1.FetchPartitionResult{Topic: fp.Topic, Partition: fp.Partition, HighWatermark: -1, LastStableOffset: -1, LogStartOffset: -1}
@@ -93,7 +99,17 @@ func (b *Broker) readOnce(req *runnelv1.FetchRequest, maxBytes int) (*runnelv1.F
 		}
 		changed = append(changed, p.Changed())
 		r.HighWatermark, r.LogStartOffset = p.HighWatermark(), p.LogStartOffset()
-		r.LastStableOffset = r.HighWatermark // no transactions yet: nothing is open
+		lso, err := b.lastStableOffset(t, fp.Partition, p)
+		if err != nil {
+			r.Error, anyErr = rerr.ToInfo(storeErr(fp.Topic, fp.Partition, err)), true
+			continue
+		}
+		// The HW was read first; a later one only lets the LSO be higher, never the answer unsafe.
+		r.LastStableOffset = min(lso, r.HighWatermark)
+		end := r.HighWatermark
+		if committed {
+			end = r.LastStableOffset
+		}
 		limit := int(fp.PartitionMaxBytes)
 		if limit == 0 {
 			limit = DefaultPartitionMaxBytes
@@ -110,24 +126,30 @@ func (b *Broker) readOnce(req *runnelv1.FetchRequest, maxBytes int) (*runnelv1.F
 			// to read yet, not out of range, as Kafka answers.
 			continue
 		}
-		recs, err := readPartition(p, fp.FetchOffset, limit, total == 0)
+		recs, err := readPartition(p, fp.FetchOffset, limit, total == 0, end)
 		if err != nil {
 			r.Error, anyErr = rerr.ToInfo(storeErr(fp.Topic, fp.Partition, err)), true
 			continue
 		}
 		r.Records = recs
 		total += len(recs)
+		if committed && len(recs) > 0 {
+			for _, a := range p.AbortedTransactions(fp.FetchOffset, lastNextOffset(recs)) {
+				r.AbortedTransactions = append(r.AbortedTransactions, &runnelv1.AbortedTransaction{ProducerId: a.ProducerID, FirstOffset: a.FirstOffset})
+			}
+		}
 	}
 	return resp, total, anyErr, changed
 }
 
-// readPartition reads from offset up to limit bytes. Only the first partition with data in an answer may
-// exceed limit with its one first batch (KIP-74), so one oversized batch cannot stall a consumer.
-func readPartition(p *plog.Partition, offset int64, limit int, first bool) ([]byte, error) {
+// readPartition reads from offset up to limit bytes, never a batch reaching end (the HW, or the LSO for
+// read_committed). Only the first partition with data in an answer may exceed limit with its one first
+// batch (KIP-74), so one oversized batch cannot stall a consumer.
+func readPartition(p *plog.Partition, offset int64, limit int, first bool, end int64) ([]byte, error) {
 	if offset < 0 {
 		return nil, rerr.New(runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE, "negative fetch offset %d", offset)
 	}
-	recs, err := p.Read(nil, offset, limit)
+	recs, err := p.ReadUpTo(nil, offset, limit, end)
 	if err != nil {
 		return nil, err
 	}
@@ -135,4 +157,19 @@ func readPartition(p *plog.Partition, offset int64, limit int, first bool) ([]by
 		return nil, nil
 	}
 	return recs, nil
+}
+
+// lastNextOffset returns the offset after the last of the whole stored batches in recs (read output,
+// so the headers are the store's): the end of what an answer returns.
+func lastNextOffset(recs []byte) int64 {
+	end := int64(-1)
+	for len(recs) >= batch.HeaderSize {
+		h, err := batch.ParseHeader(recs)
+		if err != nil || h.Size() > len(recs) {
+			break
+		}
+		end = h.NextOffset()
+		recs = recs[h.Size():]
+	}
+	return end
 }

@@ -171,6 +171,11 @@ func (f *fetcher) round(ctx context.Context, parts []*replica) error {
 	if len(resp.Partitions) != len(fetched) {
 		return rerr.New(runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, "replica fetch answered %d partitions of %d", len(resp.Partitions), len(fetched))
 	}
+	if testHookFetched != nil {
+		if applied := testHookFetched(f.rm.b.cfg.NodeID, f.leader, resp); applied != nil {
+			defer applied()
+		}
+	}
 	var errs []error
 	for i, pr := range resp.Partitions {
 		if err := f.apply(ctx, fetched[i], pr); err != nil {
@@ -179,6 +184,11 @@ func (f *fetcher) round(ctx context.Context, parts []*replica) error {
 	}
 	return errors.Join(errs...)
 }
+
+// testHookFetched, when set by a test, runs in a fetcher round of follower node after leader's answer
+// arrived and before it is applied: the window in which the follower's role can change under an answer
+// in flight. The function it returns, if any, runs once the answer was applied (or discarded).
+var testHookFetched func(node, leader int32, resp *runnelv1.ReplicaFetchResponse) (applied func())
 
 // truncate asks the leader where this replica's latest epoch ends and cuts the log there (KIP-101,
 // KIP-279): a suffix written under an epoch the leader does not continue was never committed.

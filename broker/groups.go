@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"net"
 	"slices"
 	"strings"
@@ -77,11 +76,15 @@ type groupShard struct {
 	core   *group.Coordinator
 	queue  []*groupWrite // appended and not yet applied, in log order
 	failed error         // a write failed: the core's memory is ahead of the log; refuse until restart
+	// txnFirst maps a producer id to the offset of its first transactional batch since its last
+	// marker, the FirstOffset of its next marker (groups_txn.go).
+	txnFirst map[int64]int64
 }
 
 // groupWrite is one append of records to the shard's partition.
 type groupWrite struct {
 	recs    []group.Record
+	base    int64 // the offset the append got, set before it completes
 	done    bool
 	err     error
 	applied chan struct{} // closed once the records are durable and applied (or failed)
@@ -103,6 +106,7 @@ func NewGroupCoordinator(b *Broker, cfg group.Config, logger *slog.Logger) (*Gro
 	gc.topics = gc.topicInfos()
 	gc.follow(time.Now())
 	b.tel.ObserveGroups(gc.reportGroups)
+	b.SetOffsetsMarkers(gc) // WriteTxnMarkers hands __consumer_offsets partitions here (groups_txn.go)
 	gc.wg.Add(1)
 	go gc.loop()
 	return gc, nil
@@ -186,7 +190,7 @@ func (gc *GroupCoordinator) load(t *meta.Topic, p, leaderEpoch int32, now time.T
 	if err != nil {
 		return err
 	}
-	s := &groupShard{partition: p, leaderEpoch: leaderEpoch, plog: l, log: gc.log, core: group.New(gc.cfg)}
+	s := &groupShard{partition: p, leaderEpoch: leaderEpoch, plog: l, log: gc.log, core: group.New(gc.cfg), txnFirst: map[int64]int64{}}
 	if st, _ := t.Partition(p); len(st.Replicas) > 1 {
 		s.replicated = func(res plog.AppendResult, done func(error)) {
 			gc.b.afterAppend(t, p, true, res, time.Now().Add(groupWriteTimeout), done)
@@ -242,7 +246,8 @@ func (gc *GroupCoordinator) loadedShards() []*groupShard {
 }
 
 // replay feeds every record of the partition, from its log start to its HW (its durable end when
-// replicated), to the core.
+// replicated), to the core: records of transactional batches with their producer, markers as marker
+// records (loadBatch, groups_txn.go).
 func (s *groupShard) replay() error {
 	bad := 0
 	// A replicated partition is read to its durable end: this leader's log is the truth from now on,
@@ -261,15 +266,8 @@ func (s *groupShard) replay() error {
 		}
 		err = batch.Split(data, func(b []byte, h batch.Header) error {
 			off = h.NextOffset()
-			if h.IsControl() {
-				return nil
-			}
-			_, err := batch.DecodeBatch(b, func(r batch.Record) error {
-				if err := s.core.Load(group.Record{Key: r.Key, Value: r.Value}); err != nil {
-					bad++
-				}
-				return nil
-			})
+			n, err := s.loadBatch(b, h)
+			bad += n
 			return err
 		})
 		if err != nil {
@@ -284,7 +282,7 @@ func (s *groupShard) replay() error {
 
 // Close stops the timer goroutine. Appends in flight complete on the store's goroutines.
 func (gc *GroupCoordinator) Close() {
-	gc.closeOnce.Do(func() { close(gc.stop); gc.b.tel.ObserveGroups(nil) })
+	gc.closeOnce.Do(func() { close(gc.stop); gc.b.tel.ObserveGroups(nil); gc.b.SetOffsetsMarkers(nil) })
 	gc.wg.Wait()
 }
 
@@ -350,19 +348,22 @@ func (gc *GroupCoordinator) syncTopics(now time.Time) {
 	}
 }
 
-// submit encodes recs as one batch and appends it fsynced (acks=all). Called with s.mu held, so
-// appends reach the log in the order the core made them.
+// submit encodes recs as batches (one per run of records of one producer: encodeGroupRecords) and
+// appends them fsynced (acks=all). Called with s.mu held, so appends reach the log in the order the core
+// made them.
 func (s *groupShard) submit(recs []group.Record, now time.Time) *groupWrite {
-	var b batch.Builder
-	ts := now.UnixMilli()
-	for _, r := range recs {
-		b.Append(ts, r.Key, r.Value, nil)
-	}
-	w := &groupWrite{recs: recs, applied: make(chan struct{})}
+	return s.appendWrite(encodeGroupRecords(recs, now.UnixMilli()), recs)
+}
+
+// appendWrite appends data, the encoding of recs, as the shard's next write. Called with s.mu held.
+func (s *groupShard) appendWrite(data []byte, recs []group.Record) *groupWrite {
+	w := &groupWrite{recs: recs, base: -1, applied: make(chan struct{})}
 	s.queue = append(s.queue, w)
-	// The builder is dropped here, so the built bytes are ours to hand to plog.
-	s.plog.AppendAsync(b.Build(batch.CompressionNone), plog.AppendOptions{Sync: true, LogAppendTime: -1, LeaderEpoch: s.leaderEpoch},
+	s.plog.AppendAsync(data, plog.AppendOptions{Sync: true, LogAppendTime: -1, LeaderEpoch: s.leaderEpoch},
 		func(res plog.AppendResult, err error) {
+			if err == nil {
+				w.base = res.BaseOffset // read by complete, which runs after this, under s.mu
+			}
 			if err != nil || s.replicated == nil {
 				s.complete(w, err)
 				return
@@ -389,6 +390,7 @@ func (s *groupShard) complete(w *groupWrite, err error) {
 				"partition", s.partition, "err", head.err)
 		case head.err == nil && s.failed == nil:
 			s.core.Apply(head.recs)
+			s.noteTxnWrite(head)
 		}
 		close(head.applied)
 	}
@@ -419,6 +421,11 @@ func (s *groupShard) do(ctx context.Context, now time.Time, fn func(c *group.Coo
 		w = s.queue[n-1]
 	}
 	s.mu.Unlock()
+	return s.await(ctx, w)
+}
+
+// await waits until w (nil: nothing) is durable and applied.
+func (s *groupShard) await(ctx context.Context, w *groupWrite) error {
 	if w == nil {
 		return nil
 	}
@@ -496,17 +503,7 @@ func (gc *GroupCoordinator) Heartbeat(ctx context.Context, req *runnelv1.GroupHe
 // commits are fsynced; per-partition refusals are in the results.
 func (gc *GroupCoordinator) CommitOffsets(ctx context.Context, req *runnelv1.CommitOffsetsRequest) (*runnelv1.CommitOffsetsResponse, error) {
 	now := time.Now()
-	logEnd := func(topic string, partition int32) (int64, bool) {
-		t, ok := gc.b.md.Image().Topic(topic)
-		if !ok || partition < 0 || partition >= t.Partitions {
-			return 0, false
-		}
-		if _, p, err := gc.b.partition(topic, partition); err == nil {
-			return p.LogEndOffset(), true
-		}
-		// Led by another broker: its log end offset is not known here (Kafka does not check it at all).
-		return math.MaxInt64, true
-	}
+	logEnd := gc.logEnd
 	var resp *runnelv1.CommitOffsetsResponse
 	s, err := gc.shard(req.GroupId)
 	if err != nil {

@@ -10,14 +10,14 @@ import (
 )
 
 // ListOffsets implements runnelv1.RecordsServer: per partition, the log start offset (EARLIEST), the
-// high watermark (LATEST), or the first offset whose timestamp is at or after the given one (TIMESTAMP;
-// -1 when there is none, as in Kafka).
+// high watermark (LATEST; the last stable offset for READ_COMMITTED, KIP-98), or the first offset whose
+// timestamp is at or after the given one (TIMESTAMP; -1 when there is none, as in Kafka).
 func (b *Broker) ListOffsets(_ context.Context, req *runnelv1.ListOffsetsRequest) (*runnelv1.ListOffsetsResponse, error) {
 	resp := &runnelv1.ListOffsetsResponse{Partitions: make([]*runnelv1.ListOffsetsPartitionResult, len(req.Partitions))}
 	for i, lp := range req.Partitions {
 		r := &runnelv1.ListOffsetsPartitionResult{Topic: lp.Topic, Partition: lp.Partition, Offset: -1, Timestamp: -1}
 		resp.Partitions[i] = r
-		_, p, err := b.partition(lp.Topic, lp.Partition)
+		t, p, err := b.partition(lp.Topic, lp.Partition)
 		if err != nil {
 			r.Error = rerr.ToInfo(err)
 			continue
@@ -27,6 +27,14 @@ func (b *Broker) ListOffsets(_ context.Context, req *runnelv1.ListOffsetsRequest
 			r.Offset = p.LogStartOffset()
 		case runnelv1.OffsetSpec_LATEST:
 			r.Offset = p.HighWatermark()
+			if req.IsolationLevel == runnelv1.IsolationLevel_READ_COMMITTED {
+				lso, err := b.lastStableOffset(t, lp.Partition, p)
+				if err != nil {
+					r.Offset, r.Error = -1, rerr.ToInfo(storeErr(lp.Topic, lp.Partition, err))
+					continue
+				}
+				r.Offset = min(lso, r.Offset)
+			}
 		case runnelv1.OffsetSpec_TIMESTAMP:
 			if lp.Timestamp < 0 {
 				r.Error = rerr.ToInfo(rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "negative timestamp %d; use EARLIEST or LATEST", lp.Timestamp))

@@ -63,7 +63,8 @@ func (c *produceCall) timeout() {
 // the call that completes when all of them are acknowledged per req.Acks. Enqueueing happens before
 // startProduce returns, so requests started one after another are appended in that order. ctx is the
 // trace the request continues (unary calls); a stream's requests pass none, since the stream's span
-// would otherwise parent every request for the stream's lifetime.
+// would otherwise parent every request for the stream's lifetime. It also bounds, with the request's
+// timeout, the transaction coordinator's verification of transactional batches (appendPartition).
 func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest, onDone func(*runnelv1.ProduceResponse)) (*produceCall, error) {
 	switch req.Acks {
 	case runnelv1.Acks_ACKS_ALL, runnelv1.Acks_ACKS_LEADER, runnelv1.Acks_ACKS_NONE:
@@ -89,7 +90,7 @@ func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest,
 		r := &runnelv1.ProducePartitionResult{Topic: pp.Topic, Partition: pp.Partition, BaseOffset: -1, LogAppendTimeMs: -1, LogStartOffset: -1}
 		c.resp.Partitions[i] = r
 		obs := b.tel.StartAppend(ctx, pp)
-		b.appendPartition(pp, req.Acks, now, time.Now().Add(timeout), func(res plog.AppendResult, appendTime int64, err error) {
+		b.appendPartition(ctx, pp, req.TransactionalId, req.Acks, now, time.Now().Add(timeout), func(res plog.AppendResult, appendTime int64, err error) {
 			obs.Done(res.BaseOffset, err)
 			c.mu.Lock()
 			if r.Error == nil { // not timed out already
@@ -114,7 +115,15 @@ func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest,
 // appendPartition validates one partition's batches and enqueues them; done is called exactly once:
 // once they are written (acks=1) or, with acks=all, written and fsynced here and, for a replicated
 // partition, in every ISR member's log (the high watermark passed them), or with the error.
-func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Acks, now int64, deadline time.Time, done func(plog.AppendResult, int64, error)) {
+//
+// Transactional batches (KIP-98) need txnID (the request's transactional_id) and an idempotent
+// producer. Before the first one of a producer epoch's transaction on the partition, the leader asks
+// the transaction coordinator whether the partition is in that transaction (TxnVerifier, KIP-890), so
+// a produce that arrives after its transaction ended cannot open a transaction nobody will end; it
+// waits for the answer (until ctx or deadline) before enqueueing. Refusals: INVALID_REQUEST (control
+// batches from a producer, a transactional batch without txnID, transactions not enabled), the
+// verifier's INVALID_TXN_STATE and PRODUCER_FENCED, and the idempotence errors.
+func (b *Broker) appendPartition(ctx context.Context, pp *runnelv1.ProducePartition, txnID string, acks runnelv1.Acks, now int64, deadline time.Time, done func(plog.AppendResult, int64, error)) {
 	acksAll := acks == runnelv1.Acks_ACKS_ALL
 	t, p, err := b.partition(pp.Topic, pp.Partition)
 	if err == nil {
@@ -146,8 +155,17 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		if len(bt) > maxBytes {
 			return rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "%s-%d: batch of %d bytes is larger than max.message.bytes=%d", pp.Topic, pp.Partition, len(bt), maxBytes)
 		}
-		if h.IsControl() || h.IsTransactional() {
-			return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: producers may not write control or transactional batches (transactions are not enabled)", pp.Topic, pp.Partition)
+		if h.IsControl() {
+			return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: producers may not write control batches: only the partition leader writes transaction markers", pp.Topic, pp.Partition)
+		}
+		if h.IsTransactional() != first.IsTransactional() {
+			return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: transactional and non-transactional batches mixed in one request", pp.Topic, pp.Partition)
+		}
+		if h.IsTransactional() && txnID == "" {
+			return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: a transactional batch needs the request's transactional_id", pp.Topic, pp.Partition)
+		}
+		if h.IsTransactional() && h.ProducerID < 0 {
+			return rerr.New(runnelv1.ErrorCode_INVALID_RECORD, "%s-%d: a transactional batch needs a producer id", pp.Topic, pp.Partition)
 		}
 		if (h.ProducerID >= 0) != (first.ProducerID >= 0) || (n > 1 && h.ProducerID >= 0) {
 			return rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: an idempotent producer sends exactly one batch per partition in a request", pp.Topic, pp.Partition)
@@ -185,6 +203,14 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		p.AppendAsync(pp.Records, opts, finish)
 		return
 	}
+	txnal := first.IsTransactional()
+	var verifier TxnVerifier
+	if txnal {
+		if verifier = b.verifier(); verifier == nil {
+			done(plog.AppendResult{}, -1, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "%s-%d: transactions are not enabled on broker %d", pp.Topic, pp.Partition, b.cfg.NodeID))
+			return
+		}
+	}
 	// Idempotent: check the sequence and enqueue under the partition's producer state lock, so batches
 	// are admitted in the order they are written.
 	ps, err := b.producerStateOf(t, pp.Partition, p, st.LeaderEpoch)
@@ -193,6 +219,13 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		return
 	}
 	ps.mu.Lock()
+	if txnal {
+		// Unlocks ps.mu while it asks the coordinator, and holds it again when it returns nil.
+		if err := ps.verifyLocked(ctx, verifier, txnID, pp.Topic, pp.Partition, first, deadline); err != nil {
+			done(plog.AppendResult{}, -1, err)
+			return
+		}
+	}
 	dup, added, err := ps.admit(pp.Topic, pp.Partition, first)
 	if err != nil || dup != nil {
 		ps.mu.Unlock()
@@ -203,8 +236,15 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		}
 		return
 	}
+	var txn *ongoingTxn
+	if txnal {
+		txn = ps.beginTxnLocked(first.ProducerID, added, p.LogEndOffset())
+	}
 	p.AppendAsync(pp.Records, opts, func(res plog.AppendResult, err error) {
 		added.base, added.last, added.err = res.BaseOffset, res.LastOffset, err
+		if txn != nil {
+			ps.txnBatchDone(first.ProducerID, txn, added, res.BaseOffset, err) // before done: a marker waits on it
+		}
 		close(added.done)
 		if err != nil {
 			ps.forget(first.ProducerID, added)
@@ -212,6 +252,61 @@ func (b *Broker) appendPartition(pp *runnelv1.ProducePartition, acks runnelv1.Ac
 		finish(res, err)
 	})
 	ps.mu.Unlock()
+}
+
+// maxVerifyRounds bounds how often a transactional batch is verified again because a marker for its
+// producer was written while the coordinator answered.
+const maxVerifyRounds = 3
+
+// verifyLocked makes sure the producer of the transactional batch h has its ongoing transaction
+// verified on this partition (KIP-890) before the batch is admitted. ps.mu is held on entry and, when
+// it returns nil, on return; on an error it is released. A producer verified at h's epoch (since its
+// last marker here), a retry of a batch already admitted, and a batch of an epoch older than the
+// partition knows (admit refuses it) need no call. Otherwise the coordinator is asked with ps.mu
+// released (a network call when another node coordinates the transactional id), bounded by ctx and
+// deadline; if a marker of the producer was written meanwhile, or the state rebuilt, the answer may
+// concern the transaction that just ended, so it asks again (CONCURRENT_TRANSACTIONS, retriable, after
+// maxVerifyRounds). Errors: the verifier's (INVALID_TXN_STATE, PRODUCER_FENCED, coordinator errors).
+func (ps *producerState) verifyLocked(ctx context.Context, v TxnVerifier, txnID, topic string, partition int32, h batch.Header, deadline time.Time) error {
+	for round := 0; ; round++ {
+		e := ps.producers[h.ProducerID]
+		if e != nil && (e.verified == h.ProducerEpoch || h.ProducerEpoch < e.epoch) || ps.duplicateLocked(h) != nil {
+			return nil
+		}
+		if round == maxVerifyRounds {
+			ps.mu.Unlock()
+			return rerr.New(runnelv1.ErrorCode_CONCURRENT_TRANSACTIONS, "%s-%d: transactions of producer %d kept ending while its partition was verified", topic, partition, h.ProducerID)
+		}
+		var markers uint64
+		if e != nil {
+			markers = e.markers
+		}
+		builds := ps.builds
+		ps.mu.Unlock()
+		vctx, cancel := context.WithDeadline(ctx, deadline)
+		err := v.Verify(vctx, &runnelv1.TxnProducer{TransactionalId: txnID, ProducerId: h.ProducerID, ProducerEpoch: int32(h.ProducerEpoch)}, topic, partition)
+		cancel()
+		if err != nil {
+			return verifyErr(topic, partition, err)
+		}
+		ps.mu.Lock()
+		e = ps.producers[h.ProducerID]
+		var now uint64
+		if e != nil {
+			now = e.markers
+		}
+		if ps.builds != builds || now != markers {
+			continue // a marker overtook the answer: ask again
+		}
+		if e == nil {
+			e = newProducerEntry(h.ProducerEpoch)
+			ps.producers[h.ProducerID] = e
+		}
+		if h.ProducerEpoch >= e.epoch {
+			e.verified = h.ProducerEpoch
+		}
+		return nil
+	}
 }
 
 // requireKeys refuses a batch with a keyless record for a compacted topic, as Kafka does (INVALID_RECORD):
@@ -357,4 +452,19 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 	default:
 	}
 	return recvErr
+}
+
+// verifyErr makes a verification failure a catalogue error for the producer: the coordinator's own
+// (INVALID_TXN_STATE, PRODUCER_FENCED, NOT_COORDINATOR, ...) as they are, a deadline REQUEST_TIMED_OUT,
+// anything else COORDINATOR_NOT_AVAILABLE (retriable: the coordinator could not be asked).
+func verifyErr(topic string, partition int32, err error) error {
+	var e *rerr.Error
+	switch {
+	case errors.As(err, &e):
+		return err
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "%s-%d: the transaction coordinator did not verify the partition in time: %v", topic, partition, err)
+	default:
+		return rerr.New(runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE, "%s-%d: verifying the partition with the transaction coordinator: %v", topic, partition, err)
+	}
 }

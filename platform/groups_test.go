@@ -17,6 +17,7 @@ import (
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/group"
+	"github.com/runnel-io/runnel/broker/txn"
 	"github.com/runnel-io/runnel/client/batch"
 	"github.com/runnel-io/runnel/platform"
 )
@@ -242,7 +243,9 @@ func TestGroupsBadInput(t *testing.T) {
 		t.Fatalf("list topics: %v %v", lt, err)
 	}
 	lt, err = tn.admin.ListTopics(ctxT(t), &runnelv1.ListTopicsRequest{IncludeInternal: true})
-	if err != nil || len(lt.Topics) != 2 || lt.Topics[0].Name != group.OffsetsTopic || !lt.Topics[0].Internal || lt.Topics[0].Partitions != 50 {
+	// Sorted by name: __consumer_offsets, __transaction_state (the transaction coordinator's), orders.
+	if err != nil || len(lt.Topics) != 3 || lt.Topics[0].Name != group.OffsetsTopic || !lt.Topics[0].Internal || lt.Topics[0].Partitions != 50 ||
+		lt.Topics[1].Name != txn.StateTopic || !lt.Topics[1].Internal {
 		t.Fatalf("list topics with internal: %v %v", lt, err)
 	}
 	if _, err := tn.produce(t, group.OffsetsTopic, 0, makeBatch("x", 1, 0, batch.CompressionNone), runnelv1.Acks_ACKS_ALL); !errors.Is(err, rerr.ErrInvalidRequest) {

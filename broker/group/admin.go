@@ -31,9 +31,10 @@ func (g *group) state() string {
 	return StateStable
 }
 
-// known reports whether the coordinator knows group id: it has membership state or committed offsets.
+// known reports whether the coordinator knows group id: it has membership state, committed offsets, or
+// durable offsets of a transaction not yet ended.
 func (c *Coordinator) known(id string) bool {
-	return c.groups[id] != nil || len(c.offsets[id]) > 0
+	return c.groups[id] != nil || len(c.offsets[id]) > 0 || len(c.openTxns[id]) > 0
 }
 
 // Describe returns a group's state, epochs, assignor and members with what each owns (assigned and
@@ -85,6 +86,9 @@ func (c *Coordinator) List() []*runnelv1.GroupSummary {
 	for id := range c.offsets {
 		ids[id] = true
 	}
+	for id := range c.openTxns {
+		ids[id] = true
+	}
 	out := make([]*runnelv1.GroupSummary, 0, len(ids))
 	for _, id := range sortedKeys(ids) {
 		g := c.groups[id]
@@ -100,7 +104,8 @@ func (c *Coordinator) List() []*runnelv1.GroupSummary {
 // DeleteGroup deletes a group without members: its membership state now, its committed offsets when
 // the returned tombstones are applied. Errors: COORDINATOR_LOAD_IN_PROGRESS, INVALID_GROUP_ID,
 // GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP (members, including static members that left and whose
-// partitions are still reserved).
+// partitions are still reserved; or offsets of a transaction not yet ended, which its marker would
+// otherwise install into a deleted group or silently lose: retry once the transaction ends).
 func (c *Coordinator) DeleteGroup(now time.Time, id string) ([]Record, error) {
 	if err := c.loadErr(); err != nil {
 		return nil, err
@@ -114,6 +119,9 @@ func (c *Coordinator) DeleteGroup(now time.Time, id string) ([]Record, error) {
 	if g := c.groups[id]; g != nil && len(g.members) > 0 {
 		return nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d member(s)", id, len(g.members))
 	}
+	if n := c.PendingTxnOffsets(id); n > 0 {
+		return nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q holds offsets of %d partition(s) in transactions not yet ended", id, n)
+	}
 	c.deleteGroup(id)
 	c.assertInvariants()
 	return c.flush(), nil
@@ -126,8 +134,12 @@ func (c *Coordinator) DeleteGroup(now time.Time, id string) ([]Record, error) {
 //   - targets are disjoint, a member's epoch is at most the assignment epoch, which is at most the group
 //     epoch; a member revoking has partitions to revoke, and only it does; a member at the assignment
 //     epoch that is not revoking owns only target partitions;
-//   - the instance id index matches the members.
+//   - the instance id index matches the members;
+//   - pending transactional offsets are indexed by group, and in-flight ones are counted as commits.
 func (c *Coordinator) Check() error {
+	if err := c.checkTxns(); err != nil {
+		return err
+	}
 	for _, gid := range sortedKeys(c.groups) {
 		g := c.groups[gid]
 		owners := map[tp]string{}

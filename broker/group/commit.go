@@ -1,6 +1,7 @@
 package group
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -30,43 +31,9 @@ func (c *Coordinator) Commit(now time.Time, req *runnelv1.CommitOffsetsRequest, 
 	if err := validGroupID(req.GroupId); err != nil {
 		return nil, nil, err
 	}
-	if len(req.Partitions) > MaxCommitPartitions {
-		return nil, nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "commit of %d partitions, at most %d", len(req.Partitions), MaxCommitPartitions)
-	}
-	seen := make(map[tp]bool, len(req.Partitions))
-	for _, p := range req.Partitions {
-		if p == nil {
-			return nil, nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "commit with an empty partition entry")
-		}
-		k := tp{p.Topic, p.Partition}
-		if seen[k] {
-			return nil, nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "partition %s-%d appears twice in one commit", p.Topic, p.Partition)
-		}
-		seen[k] = true
-	}
-	g := c.groups[req.GroupId]
-	var m *member
-	if req.MemberId == "" {
-		if req.MemberEpoch != AdminEpoch {
-			return nil, nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "a commit without member id is an admin commit and must carry member epoch -1, not %d", req.MemberEpoch)
-		}
-		if g != nil && len(g.members) > 0 {
-			return nil, nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d member(s); offsets can be set from outside only while it has none", g.id, len(g.members))
-		}
-	} else {
-		if g != nil {
-			m = g.members[req.MemberId]
-		}
-		switch {
-		case m == nil:
-			return nil, nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_MEMBER_ID, "group %q has no member %q", req.GroupId, req.MemberId)
-		case m.departed:
-			return nil, nil, rerr.New(runnelv1.ErrorCode_FENCED_MEMBER_EPOCH, "member %q left the group", m.id)
-		case req.MemberEpoch > m.epoch:
-			return nil, nil, rerr.New(runnelv1.ErrorCode_FENCED_MEMBER_EPOCH, "member %q is at epoch %d, the commit says %d", m.id, m.epoch, req.MemberEpoch)
-		case req.MemberEpoch < m.epoch:
-			return nil, nil, rerr.New(runnelv1.ErrorCode_STALE_MEMBER_EPOCH, "member %q is at epoch %d, the commit says %d: heartbeat and retry", m.id, m.epoch, req.MemberEpoch)
-		}
+	m, err := c.checkCommitter(req.GroupId, req.MemberId, req.MemberEpoch, req.Partitions)
+	if err != nil {
+		return nil, nil, err
 	}
 	resp := &runnelv1.CommitOffsetsResponse{Partitions: make([]*runnelv1.CommitPartitionResult, len(req.Partitions))}
 	for i, p := range req.Partitions {
@@ -79,14 +46,53 @@ func (c *Coordinator) Commit(now time.Time, req *runnelv1.CommitOffsetsRequest, 
 		k := tp{p.Topic, p.Partition}
 		v := OffsetCommit{Offset: p.Offset, LeaderEpoch: p.LeaderEpoch, Metadata: p.Metadata, CommitTimestampMs: now.UnixMilli()}
 		c.out = append(c.out, Record{Key: offsetKey(req.GroupId, k).encode(), Value: v.encode()})
-		pg := c.pending[req.GroupId]
-		if pg == nil {
-			pg = map[tp]int{}
-			c.pending[req.GroupId] = pg
-		}
-		pg[k]++
+		countUp(c.pending, req.GroupId, k)
 	}
 	return resp, c.flush(), nil
+}
+
+// checkCommitter validates the partition list and the committer of a commit (Commit, TxnOffsetCommit)
+// and returns the member, nil for an admin commit. See Commit for the errors.
+func (c *Coordinator) checkCommitter(gid, memberID string, memberEpoch int32, ps []*runnelv1.CommitPartition) (*member, error) {
+	if len(ps) > MaxCommitPartitions {
+		return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "commit of %d partitions, at most %d", len(ps), MaxCommitPartitions)
+	}
+	seen := make(map[tp]bool, len(ps))
+	for _, p := range ps {
+		if p == nil {
+			return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "commit with an empty partition entry")
+		}
+		k := tp{p.Topic, p.Partition}
+		if seen[k] {
+			return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "partition %s-%d appears twice in one commit", p.Topic, p.Partition)
+		}
+		seen[k] = true
+	}
+	g := c.groups[gid]
+	if memberID == "" {
+		if memberEpoch != AdminEpoch {
+			return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "a commit without member id is an admin commit and must carry member epoch -1, not %d", memberEpoch)
+		}
+		if g != nil && len(g.members) > 0 {
+			return nil, rerr.New(runnelv1.ErrorCode_NON_EMPTY_GROUP, "group %q has %d member(s); offsets can be set from outside only while it has none", g.id, len(g.members))
+		}
+		return nil, nil
+	}
+	var m *member
+	if g != nil {
+		m = g.members[memberID]
+	}
+	switch {
+	case m == nil:
+		return nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_MEMBER_ID, "group %q has no member %q", gid, memberID)
+	case m.departed:
+		return nil, rerr.New(runnelv1.ErrorCode_FENCED_MEMBER_EPOCH, "member %q left the group", m.id)
+	case memberEpoch > m.epoch:
+		return nil, rerr.New(runnelv1.ErrorCode_FENCED_MEMBER_EPOCH, "member %q is at epoch %d, the commit says %d", m.id, m.epoch, memberEpoch)
+	case memberEpoch < m.epoch:
+		return nil, rerr.New(runnelv1.ErrorCode_STALE_MEMBER_EPOCH, "member %q is at epoch %d, the commit says %d: heartbeat and retry", m.id, m.epoch, memberEpoch)
+	}
+	return m, nil
 }
 
 func (c *Coordinator) checkCommit(m *member, p *runnelv1.CommitPartition, logEnd LogEndFunc) error {
@@ -111,6 +117,10 @@ func (c *Coordinator) checkCommit(m *member, p *runnelv1.CommitPartition, logEnd
 
 // FetchOffsets returns the durable committed offsets of a group: of the partitions asked for (offset -1
 // where there is none), or of every partition with a commit, sorted. An unknown group has none.
+// Offsets of transactions not yet ended are never returned. With require_stable (KIP-447) a partition
+// that has such offsets answers UNSTABLE_OFFSET_COMMIT in its entry (offset -1) instead, and the
+// partitions of every partition listing include those with only such offsets, so a member taking
+// a partition over waits until the transaction's marker decides where to start.
 // Errors: COORDINATOR_LOAD_IN_PROGRESS, INVALID_GROUP_ID, INVALID_REQUEST (too many partitions).
 func (c *Coordinator) FetchOffsets(req *runnelv1.FetchOffsetsRequest) (*runnelv1.FetchOffsetsResponse, error) {
 	if err := c.loadErr(); err != nil {
@@ -126,6 +136,11 @@ func (c *Coordinator) FetchOffsets(req *runnelv1.FetchOffsetsRequest) (*runnelv1
 	offs := c.offsets[req.GroupId]
 	resp := &runnelv1.FetchOffsetsResponse{}
 	emit := func(k tp) {
+		if req.RequireStable && c.unstable(req.GroupId, k) {
+			resp.Offsets = append(resp.Offsets, &runnelv1.CommittedOffset{Topic: k.topic, Partition: k.part, Offset: -1, LeaderEpoch: -1, CommitTimestampMs: -1,
+				Error: rerr.ToInfo(rerr.New(runnelv1.ErrorCode_UNSTABLE_OFFSET_COMMIT, "group %q: a transaction holding offsets of %s-%d has not ended", req.GroupId, k.topic, k.part))})
+			return
+		}
 		o, ok := offs[k]
 		if !ok {
 			resp.Offsets = append(resp.Offsets, &runnelv1.CommittedOffset{Topic: k.topic, Partition: k.part, Offset: -1, LeaderEpoch: -1, CommitTimestampMs: -1})
@@ -138,11 +153,21 @@ func (c *Coordinator) FetchOffsets(req *runnelv1.FetchOffsetsRequest) (*runnelv1
 		asked.each(emit)
 		return resp, nil
 	}
-	keys := make([]tp, 0, len(offs))
+	set := make(map[tp]bool, len(offs))
 	for k := range offs {
-		keys = append(keys, k)
+		set[k] = true
 	}
-	slices.SortFunc(keys, cmpTP)
+	if req.RequireStable {
+		for k := range c.txnInflight[req.GroupId] {
+			set[k] = true
+		}
+		for pid := range c.openTxns[req.GroupId] {
+			for k := range c.txns[pid].offsets[req.GroupId] {
+				set[k] = true
+			}
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(set), cmpTP)
 	for _, k := range keys {
 		emit(k)
 	}

@@ -107,6 +107,15 @@ type Coordinator struct {
 	// meanwhile also tombstones them.
 	pending map[string]map[tp]int
 
+	// Transactional offsets (KIP-98, KIP-447; txn.go). txns holds, per producer id, the highest
+	// producer epoch seen and the durable offsets of its transaction still waiting for a marker;
+	// openTxns indexes those by group; txnInflight counts transactional offset records accepted and
+	// not yet applied. seq numbers the applied offset records in log order.
+	txns        map[int64]*txnProducer
+	openTxns    map[string]map[int64]bool
+	txnInflight map[string]map[tp]int
+	seq         uint64
+
 	loading   bool
 	loadGroup map[string]groupValue
 	loadMems  map[string]map[string]memberValue
@@ -124,16 +133,21 @@ type Coordinator struct {
 func New(cfg Config) *Coordinator {
 	return &Coordinator{cfg: cfg.WithDefaults(), topics: map[string]TopicInfo{}, groups: map[string]*group{},
 		offsets: map[string]map[tp]OffsetCommit{}, pending: map[string]map[tp]int{}, loading: true,
+		txns: map[int64]*txnProducer{}, openTxns: map[string]map[int64]bool{}, txnInflight: map[string]map[tp]int{},
 		loadGroup: map[string]groupValue{}, loadMems: map[string]map[string]memberValue{}, loadRaw: map[string][]byte{},
 		touched: map[string]*group{}}
 }
 
 // Load replays one record of the partition, in log order, while loading. A record that does not decode
 // is skipped and returns an error wrapping errCorrupt (the caller logs it); a later record of the same
-// key still applies.
+// key still applies. Records of transactional batches and markers (Record.Producer, Record.Marker) are
+// replayed by the rules of Apply: offsets stay pending until their producer's marker.
 func (c *Coordinator) Load(rec Record) error {
 	if !c.loading {
 		return fmt.Errorf("load after start")
+	}
+	if rec.Producer != nil || rec.Marker != NoMarker {
+		return c.loadTxn(rec)
 	}
 	k, err := decodeKey(rec.Key)
 	if err != nil {
@@ -361,7 +375,8 @@ func (c *Coordinator) dropDeletedTopicOffsets(old map[string]TopicInfo) {
 	}
 }
 
-// offsetGroups returns the ids of groups with durable or pending commits, sorted.
+// offsetGroups returns the ids of groups with durable or pending commits, sorted; pending includes
+// offsets of transactions not yet ended.
 func (c *Coordinator) offsetGroups() []string {
 	ids := map[string]bool{}
 	for id := range c.offsets {
@@ -370,10 +385,14 @@ func (c *Coordinator) offsetGroups() []string {
 	for id := range c.pending {
 		ids[id] = true
 	}
+	for id := range c.openTxns {
+		ids[id] = true
+	}
 	return sortedKeys(ids)
 }
 
-// offsetKeys returns the partitions a group has durable or pending commits for, sorted.
+// offsetKeys returns the partitions a group has durable or pending commits for, sorted; pending
+// includes offsets of transactions not yet ended (a tombstone of the key drops those too).
 func (c *Coordinator) offsetKeys(gid string) []tp {
 	set := map[tp]bool{}
 	for k := range c.offsets[gid] {
@@ -381,6 +400,11 @@ func (c *Coordinator) offsetKeys(gid string) []tp {
 	}
 	for k := range c.pending[gid] {
 		set[k] = true
+	}
+	for pid := range c.openTxns[gid] {
+		for k := range c.txns[pid].offsets[gid] {
+			set[k] = true
+		}
 	}
 	keys := slices.Collect(maps.Keys(set))
 	slices.SortFunc(keys, cmpTP)
@@ -395,12 +419,23 @@ func cmpTP(a, b tp) int {
 }
 
 // Apply takes records the caller has made durable, in log order: committed offsets and their
-// tombstones take effect here. Other records were applied to memory when they were made.
+// tombstones take effect here, offsets of a transaction become pending, and a marker commits or drops
+// its producer's pending offsets. Other records were applied to memory when they were made.
 func (c *Coordinator) Apply(recs []Record) {
 	for _, rec := range recs {
+		if rec.Marker != NoMarker {
+			if rec.Producer != nil {
+				c.applyMarker(*rec.Producer, rec.Marker == CommitMarker)
+			}
+			continue
+		}
 		k, err := decodeKey(rec.Key)
 		if err != nil || k.kind != kindOffset {
 			continue // our own records decode; membership records are already in memory
+		}
+		if rec.Producer != nil {
+			_ = c.applyTxnOffset(k, *rec.Producer, rec.Value, true)
+			continue
 		}
 		_ = c.applyOffset(k, rec.Value, true)
 	}
@@ -419,6 +454,8 @@ func (c *Coordinator) applyOffset(k recordKey, value []byte, live bool) error {
 		}
 	}
 	if value == nil {
+		c.seq++
+		c.supersedeTxnOffsets(k.group, key)
 		if o := c.offsets[k.group]; o != nil {
 			delete(o, key)
 			if len(o) == 0 {
@@ -434,6 +471,8 @@ func (c *Coordinator) applyOffset(k recordKey, value []byte, live bool) error {
 		}
 		return fmt.Errorf("group %q offset of %s-%d: %w", k.group, k.topic, k.partition, err)
 	}
+	c.seq++
+	c.supersedeTxnOffsets(k.group, key)
 	o := c.offsets[k.group]
 	if o == nil {
 		o = map[tp]OffsetCommit{}
@@ -516,8 +555,8 @@ func (c *Coordinator) expireGroups(now time.Time) {
 			}
 			since = g.emptySince
 		}
-		if len(c.pending[id]) > 0 {
-			continue // a commit is on its way: activity
+		if len(c.pending[id]) > 0 || len(c.openTxns[id]) > 0 {
+			continue // a commit is on its way, or a transaction holds offsets of the group: activity
 		}
 		for _, o := range c.offsets[id] {
 			if t := time.UnixMilli(o.CommitTimestampMs); t.After(since) {

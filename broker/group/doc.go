@@ -59,6 +59,18 @@
 // only through Apply, so FetchOffsets never shows a commit a crash could take back. Every refused call
 // leaves the group as it was: each path checks everything before it changes anything.
 //
+// # Offsets in transactions (KIP-98, KIP-447)
+//
+// TxnOffsetCommit is validated as Commit is and fenced by producer epoch too (PRODUCER_FENCED); its
+// records are appended as a transactional batch of the producer and stay pending per producer id until
+// the producer's end-transaction marker (Marker, appended by the shell as a control batch in the
+// partition's write order): COMMIT installs them, ABORT drops them. Between plain commits, tombstones
+// and several transactions the offset record that comes last in the log wins, as in Kafka. FetchOffsets
+// with require_stable answers UNSTABLE_OFFSET_COMMIT for a partition with pending offsets; a group
+// holding them is neither deleted (NON_EMPTY_GROUP) nor expired. Replay passes the producer of every
+// record of a transactional batch and every marker (Record.Producer, Record.Marker) to Load, which
+// rebuilds the same pending state. See txn.go.
+//
 // # Records
 //
 // records.go defines the keys and values (a compact, versioned binary encoding, fuzzed by

@@ -273,6 +273,39 @@ func TestPropertyOwnership(t *testing.T) {
 				}
 				m.persist(recs)
 			},
+			// A client commits what it owns in its transaction (KIP-447: fenced like a commit, so a live
+			// member is never refused), and the transaction later ends either way.
+			"txn commit": func(t *rapid.T) {
+				cl := pick(t, func(c *simClient) bool { return c.alive && c.joined && len(c.owned) > 0 })
+				pid := int64(slices.Index(m.clients, cl) + 1)
+				req := &runnelv1.TxnOffsetCommitRequest{GroupId: "g", TransactionalId: cl.alias, ProducerId: pid, MemberId: cl.memberID, MemberEpoch: cl.epoch}
+				for _, k := range cl.owned.list() {
+					if ti, ok := m.topics[k.topic]; ok && k.part < ti.Partitions {
+						req.Partitions = append(req.Partitions, &runnelv1.CommitPartition{Topic: k.topic, Partition: k.part, Offset: 2})
+					}
+				}
+				resp, recs, err := m.c.TxnOffsetCommit(m.now, req, func(topic string, p int32) (int64, bool) {
+					ti, ok := m.topics[topic]
+					return 10, ok && p < ti.Partitions
+				})
+				if err != nil {
+					t.Fatalf("%s commits what it owns in a transaction: %v", cl.alias, err)
+				}
+				for _, p := range resp.Partitions {
+					if p.Error != nil {
+						t.Fatalf("%s commits %s-%d in a transaction: %v", cl.alias, p.Topic, p.Partition, p.Error)
+					}
+				}
+				m.persist(recs)
+			},
+			"end txn": func(t *rapid.T) {
+				pid := int64(rapid.IntRange(1, len(m.clients)).Draw(t, "producer"))
+				recs, err := m.c.Marker(Producer{ID: pid}, rapid.Bool().Draw(t, "commit"))
+				if err != nil {
+					t.Fatalf("marker of producer %d: %v", pid, err)
+				}
+				m.persist(recs)
+			},
 			"advance": func(t *rapid.T) {
 				m.advance(time.Duration(rapid.IntRange(1, 4000).Draw(t, "ms")) * time.Millisecond)
 			},

@@ -10,8 +10,51 @@ import (
 
 // Record is one record of the __consumer_offsets topic, as the Coordinator emits and loads it. A nil
 // Value is a tombstone: the key's earlier records no longer count, and compaction may drop them.
+//
+// Transactions (KIP-98, KIP-447) add two shapes, both carrying Producer, the producer id and epoch of
+// the batch header:
+//
+//   - an offset record of a transactional batch (TxnOffsetCommit; Marker is NoMarker): the shell appends
+//     the records of one call as one batch with that producer id and epoch and the transactional
+//     attribute, and on replay passes Producer for every record of a transactional batch;
+//   - an end-transaction marker (Marker is CommitMarker or AbortMarker; Key and Value are nil): the
+//     control batch the shell writes with batch.BuildControl, and on replay parses with
+//     batch.ParseControl.
+//
+// Records without Producer are the ordinary ones: membership state and plain commits.
 type Record struct {
 	Key, Value []byte
+	Producer   *Producer
+	Marker     TxnMarker
+}
+
+// Producer is a transactional producer incarnation (KIP-98): its producer id and producer epoch.
+type Producer struct {
+	ID    int64
+	Epoch int16
+}
+
+// TxnMarker says whether a Record is an end-transaction marker, and which.
+type TxnMarker uint8
+
+// The end-transaction markers (batch.ControlAbort and batch.ControlCommit on the log).
+const (
+	NoMarker TxnMarker = iota
+	AbortMarker
+	CommitMarker
+)
+
+// String names the marker as the log would.
+func (m TxnMarker) String() string {
+	switch m {
+	case NoMarker:
+		return "none"
+	case AbortMarker:
+		return "ABORT"
+	case CommitMarker:
+		return "COMMIT"
+	}
+	return fmt.Sprintf("marker(%d)", uint8(m))
 }
 
 // Record layout. Keys start with a big-endian uint16 saying what the record is, values with a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,7 +44,12 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testda
 //	revoke ALIAS            the slow client finishes revoking
 //	drop ALIAS              the client drops all partitions (it was fenced, or crashed)
 //	commit ALIAS|admin [group=] [epoch=] [meta=BYTES] topic/p@offset...
-//	offsets [group=]        committed offsets
+//	txn ALIAS|admin producer=ID/EPOCH [options as commit] topic/p@offset...
+//	                        a transactional offset commit (TxnOffsetCommit) of that producer
+//	marker commit|abort producer=ID/EPOCH
+//	                        the producer's end-transaction marker reaches the partition
+//	offsets [group=] [stable] [topic/p...]
+//	                        committed offsets; stable asks with require_stable
 //	describe [group=]       the group as the coordinator holds it
 //	list                    all groups
 //	delete [group=]         delete a group
@@ -233,14 +239,39 @@ func (r *runner) exec(line string) string {
 		}
 		return ""
 	case "commit":
-		return r.commit(args)
+		return r.commit(args, false)
+	case "txn":
+		return r.commit(args, true)
+	case "marker":
+		p := r.producer(args)
+		recs, err := r.c.Marker(p, args[0] == "commit")
+		if err != nil {
+			return errLine(err)
+		}
+		r.persist(recs)
+		return "ok"
 	case "offsets":
-		resp, err := r.c.FetchOffsets(&runnelv1.FetchOffsetsRequest{GroupId: r.opt(args, "group", "g")})
+		req := &runnelv1.FetchOffsetsRequest{GroupId: r.opt(args, "group", "g")}
+		var asked parts
+		for _, a := range args {
+			switch {
+			case a == "stable":
+				req.RequireStable = true
+			case !strings.Contains(a, "="):
+				asked = asked.with(r.parseTP(a))
+			}
+		}
+		req.Partitions = asked.proto()
+		resp, err := r.c.FetchOffsets(req)
 		if err != nil {
 			return errLine(err)
 		}
 		var b strings.Builder
 		for _, o := range resp.Offsets {
+			if o.Error != nil {
+				fmt.Fprintf(&b, "%s/%d: %s\n", o.Topic, o.Partition, o.Error.Code)
+				continue
+			}
 			fmt.Fprintf(&b, "%s/%d@%d epoch=%d meta=%d ts=%s\n", o.Topic, o.Partition, o.Offset, o.LeaderEpoch, len(o.Metadata), r.ts(o.CommitTimestampMs))
 		}
 		if b.Len() == 0 {
@@ -493,7 +524,19 @@ func (r *runner) heartbeat(args []string) string {
 	return fmt.Sprintf("%s: epoch=%d interval=%dms assignment=%s%s", resp.MemberId, resp.MemberEpoch, resp.HeartbeatIntervalMs, asg, r.diff(before))
 }
 
-func (r *runner) commit(args []string) string {
+// producer parses the producer=ID/EPOCH option.
+func (r *runner) producer(args []string) Producer {
+	v := r.opt(args, "producer", "")
+	id, epoch, ok := strings.Cut(v, "/")
+	n, err1 := strconv.ParseInt(id, 10, 64)
+	e, err2 := strconv.ParseInt(epoch, 10, 16)
+	if !ok || err1 != nil || err2 != nil {
+		r.t.Fatalf("producer=%q: want producer=ID/EPOCH", v)
+	}
+	return Producer{ID: n, Epoch: int16(e)}
+}
+
+func (r *runner) commit(args []string, txn bool) string {
 	who := args[0]
 	req := &runnelv1.CommitOffsetsRequest{GroupId: "g", MemberEpoch: AdminEpoch}
 	if who != "admin" {
@@ -513,6 +556,7 @@ func (r *runner) commit(args []string) string {
 			meta, _ = strconv.Atoi(v)
 		case isOpt && k == "member":
 			req.MemberId = v
+		case isOpt && k == "producer":
 		default:
 			part, off, _ := strings.Cut(a, "@")
 			k := r.parseTP(part)
@@ -524,7 +568,7 @@ func (r *runner) commit(args []string) string {
 				Metadata: strings.Repeat("m", meta)})
 		}
 	}
-	resp, recs, err := r.c.Commit(r.now, req, func(topic string, p int32) (int64, bool) {
+	logEnd := func(topic string, p int32) (int64, bool) {
 		ti, ok := r.topics[topic]
 		if !ok || p < 0 || p >= ti.Partitions {
 			return 0, false
@@ -533,7 +577,17 @@ func (r *runner) commit(args []string) string {
 			return n, true
 		}
 		return 100, true
-	})
+	}
+	var resp *runnelv1.CommitOffsetsResponse
+	var recs []Record
+	var err error
+	if txn {
+		p := r.producer(args)
+		resp, recs, err = r.c.TxnOffsetCommit(r.now, &runnelv1.TxnOffsetCommitRequest{GroupId: req.GroupId, TransactionalId: fmt.Sprintf("tx%d", p.ID),
+			ProducerId: p.ID, ProducerEpoch: int32(p.Epoch), MemberId: req.MemberId, MemberEpoch: req.MemberEpoch, Partitions: req.Partitions}, logEnd)
+	} else {
+		resp, recs, err = r.c.Commit(r.now, req, logEnd)
+	}
 	if err != nil {
 		return errLine(err)
 	}
@@ -665,6 +719,16 @@ func dumpState(c *Coordinator) string {
 		}, cmpTP)
 		for _, k := range keys {
 			fmt.Fprintf(&b, "offset %s %s/%d %+v\n", gid, k.topic, k.part, c.offsets[gid][k])
+		}
+	}
+	pids := slices.Sorted(maps.Keys(c.txns))
+	for _, pid := range pids {
+		t := c.txns[pid]
+		fmt.Fprintf(&b, "producer %d epoch=%d\n", pid, t.epoch)
+		for _, gid := range sortedKeys(t.offsets) {
+			for _, k := range slices.SortedFunc(maps.Keys(t.offsets[gid]), cmpTP) {
+				fmt.Fprintf(&b, "  pending %s %s/%d %+v\n", gid, k.topic, k.part, t.offsets[gid][k].commit)
+			}
 		}
 	}
 	return b.String()

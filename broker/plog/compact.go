@@ -31,6 +31,12 @@ type CompactConfig struct {
 	// written longer ago than this is rolled by Compact even if no append came to roll it (<= 0:
 	// DefaultSegmentMs).
 	SegmentMs int64
+	// StableEnd, when set, returns the partition's last stable offset (KIP-98): the first offset of
+	// its earliest open transaction, else the HW. The cleaner neither cleans nor maps keys at or after
+	// it, as Kafka's cleaner stops at the first unstable offset: a record of an open transaction may
+	// still be aborted, and must not make the committed version of its key obsolete. It is called only
+	// when the partition is due, since working it out may read the log's tail.
+	StableEnd func() (int64, error)
 }
 
 // Reasons a Compact run cleaned (CompactStats.Reason).
@@ -132,6 +138,13 @@ func (p *Partition) Compact(ctx context.Context, now time.Time, cfg CompactConfi
 	txn := s.db.NewTransaction(false)
 	defer txn.Discard()
 	plan, err := p.planClean(txn, nowMs, cfg, start, hw, segStart, st.checkpoint)
+	if err == nil && plan.stats.Reason != "" && cfg.StableEnd != nil {
+		var stable int64
+		if stable, err = cfg.StableEnd(); err == nil && stable < hw {
+			hw = max(stable, start)
+			plan, err = p.planClean(txn, nowMs, cfg, start, hw, segStart, st.checkpoint)
+		}
+	}
 	if err != nil || plan.stats.Reason == "" {
 		if err != nil {
 			err = fmt.Errorf("compaction of %s: %w", p.id, err)
@@ -264,6 +277,34 @@ func (p *Partition) planClean(txn *badger.Txn, nowMs int64, cfg CompactConfig, s
 type keyMap struct {
 	seed1, seed2 maphash.Seed
 	latest       map[[2]uint64]int64
+	aborted      abortedSet // the aborted transactions of the mapped range
+}
+
+// abortedSet answers whether a stored batch belongs to an aborted transaction: a transactional data
+// batch of a producer at or after the transaction's first offset and before its ABORT marker.
+type abortedSet map[int64][]AbortedTxn
+
+func newAbortedSet(as []AbortedTxn) abortedSet {
+	if len(as) == 0 {
+		return nil
+	}
+	m := abortedSet{}
+	for _, a := range as {
+		m[a.ProducerID] = append(m[a.ProducerID], a)
+	}
+	return m
+}
+
+func (m abortedSet) holds(h batch.Header) bool {
+	if len(m) == 0 || !h.IsTransactional() || h.IsControl() {
+		return false
+	}
+	for _, a := range m[h.ProducerID] {
+		if a.FirstOffset <= h.BaseOffset && h.BaseOffset < a.LastOffset {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *keyMap) hash(key []byte) [2]uint64 {
@@ -273,7 +314,8 @@ func (m *keyMap) hash(key []byte) [2]uint64 {
 // mapKeys maps every key of the batches in [from, hw) to its latest offset. Control batches carry no
 // application keys; batches that do not decode are logged and left out (their records are kept).
 func (p *Partition) mapKeys(ctx context.Context, txn *badger.Txn, from, hw int64) (*keyMap, error) {
-	m := &keyMap{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(), latest: make(map[[2]uint64]int64)}
+	m := &keyMap{seed1: maphash.MakeSeed(), seed2: maphash.MakeSeed(), latest: make(map[[2]uint64]int64),
+		aborted: newAbortedSet(p.AbortedTransactions(p.LogStartOffset(), hw))}
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: p.lprefix, PrefetchValues: false})
 	defer it.Close()
 	n := 0
@@ -295,8 +337,8 @@ func (p *Partition) mapKeys(ctx context.Context, txn *badger.Txn, from, hw int64
 				decodeErr = err
 				return nil
 			}
-			if h.IsControl() {
-				return nil
+			if h.IsControl() || m.aborted.holds(h) {
+				return nil // no application keys; an aborted record never supersedes a committed one
 			}
 			_, decodeErr = batch.DecodeBatch(v, func(r batch.Record) error {
 				if r.Key != nil {
@@ -383,9 +425,10 @@ func (c *cleaner) cleanBatch(base int64, key, v []byte) error {
 	horizon, hasHorizon := c.plan.horizons[base]
 	var removed, tombsRemoved int64
 	keptTombstone := false
+	aborted := c.keys.aborted.holds(h) // records of an aborted transaction are never read committed: drop them, as Kafka's cleaner does
 	out, kept, err := batch.FilterRecords(v, func(r batch.Record) bool {
 		st.RecordsRead++
-		if r.Key == nil {
+		if aborted || r.Key == nil {
 			removed++
 			return false
 		}

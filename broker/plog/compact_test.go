@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -918,5 +919,60 @@ func TestReadCleanerOvertakesBounds(t *testing.T) {
 	got := decode(t, b)
 	if len(got) == 0 || got[0].h.BaseOffset != 2 {
 		t.Fatalf("read at 1 returned %d batches (first %+v), want the batch at 2", len(got), got)
+	}
+}
+
+// txnBatch is a one-record transactional batch of producer pid (epoch 0).
+func txnBatch(ts int64, pid int64, seq int32, key, value string) []byte {
+	var b batch.Builder
+	b.Append(ts, []byte(key), []byte(value), nil)
+	b.SetProducer(pid, 0, seq)
+	b.SetTransactional(true)
+	return append([]byte(nil), b.Build(batch.CompressionNone)...)
+}
+
+// TestCompactTransactions: the cleaner drops the records of an aborted transaction (they never
+// supersede the committed version of their key) and does not map or clean at or past the stable end,
+// so a record of a still-open transaction does not make an older committed one obsolete (Kafka's
+// cleaner: aborted records are removed, cleaning stops at the first unstable offset).
+func TestCompactTransactions(t *testing.T) {
+	s := openStore(t, testOptions(t, false))
+	clock := useClock(s)
+	p := mustPartition(t, s, pid)
+	ts := clock.now().UnixMilli()
+	mustAppend(t, p, rec1(ts, "k1", "committed"), rollEvery)                                       // 0
+	mustAppend(t, p, txnBatch(ts, 7, 0, "k1", "aborted"), rollEvery)                               // 1
+	mustAppend(t, p, batch.BuildControl(7, 0, ts, batch.ControlMarker{FirstOffset: 1}), rollEvery) // 2: ABORT
+	mustAppend(t, p, rec1(ts, "k2", "committed"), rollEvery)                                       // 3
+	mustAppend(t, p, txnBatch(ts, 8, 0, "k2", "open"), rollEvery)                                  // 4: transaction still open
+	mustAppend(t, p, rec1(ts, "k9", "last"), rollEvery)                                            // 5
+	stableCalls := 0
+	cfg := eagerCfg
+	cfg.StableEnd = func() (int64, error) { stableCalls++; return 4, nil }
+	clock.advance(1)
+	st := mustCompact(t, p, clock.now().UnixMilli(), cfg)
+	if stableCalls == 0 || st.CleanableEnd > 4 {
+		t.Fatalf("stable end asked %d times, cleanable end %d (want <= 4)", stableCalls, st.CleanableEnd)
+	}
+	got, _ := readLog(t, p)
+	var offs []int64
+	vals := map[int64]string{}
+	for _, r := range got {
+		offs = append(offs, r.off)
+		vals[r.off] = r.value
+	}
+	// Offset 1 (aborted) is gone; 0 stays (the aborted k1 does not supersede it); 3 stays (the open
+	// transaction's k2 at 4 is past the stable end); the marker at 2 stays.
+	want := []int64{0, 2, 3, 4, 5}
+	if !slices.Equal(offs, want) || vals[0] != "committed" || vals[3] != "committed" {
+		t.Fatalf("after the clean: offsets %v values %v, want offsets %v with the committed k1 and k2 kept", offs, vals, want)
+	}
+	// The marker survives the clean.
+	b, err := p.Read(nil, 2, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := batch.ParseControl(b); err != nil || m.Commit || m.FirstOffset != 1 {
+		t.Fatalf("the ABORT marker at 2: %+v, %v", m, err)
 	}
 }

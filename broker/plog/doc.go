@@ -17,6 +17,7 @@
 //	e|topicNum(8)|partition(4)|leaderEpoch(4)                → startOffset(8): the leader-epoch cache (KIP-101)
 //	w|topicNum(8)|partition(4)                               → highWatermark(8): the HW checkpoint of a replicated partition
 //	x|topicNum(8)|partition(4)                               → newStart(8) newEnd(8): a Truncate too big for one transaction, under way
+//	a|topicNum(8)|partition(4)|markerOffset(8)               → producerID(8) firstOffset(8): an aborted transaction (aborted.go)
 //
 // Keys under "m/" belong to the node's metadata, not to plog.
 //
@@ -158,6 +159,19 @@
 //     and the syncer drops the end offsets of groups written before it (the truncation's own fsync
 //     covers them). Below the log start or above the LEO it empties the log and restarts it at the
 //     offset (Kafka's truncateFullyAndStartAt).
+//
+// # Transactions
+//
+// Transaction markers (KIP-98) are ordinary control batches to the log; the broker decides what they
+// mean. The log keeps one thing for them (aborted.go): an index of aborted transactions, Kafka's
+// .txnindex. Append and AppendReplica alike index every ABORT marker whose value names the first
+// offset of the transaction on the partition (batch.ControlMarker.FirstOffset, -1 when it wrote nothing
+// here), in the marker's transaction, so leaders and followers hold the same index from the bytes
+// alone. It is keyed by the marker's offset and cut like the batches (retention below the log start,
+// Truncate at or above the new end, DeletePartition), and held in memory whole: aborted transactions
+// are few. AbortedTransactions answers a read_committed fetch, ReadUpTo caps its read at the last
+// stable offset. Compaction keeps control batches but still treats the records of aborted
+// transactions like any others.
 //
 // A failed Badger write or fsync stops all appends of the store (rerr.ErrStorage) until restart, as Kafka
 // takes a failed log directory offline: after a failed fsync the kernel may have dropped the dirty pages,

@@ -15,10 +15,11 @@ const (
 	kindEpoch byte = 'e' // e|topicNum|partition|leaderEpoch(4) → startOffset(8): the leader-epoch cache (KIP-101)
 	kindHW    byte = 'w' // w|topicNum|partition → highWatermark(8): replicated mode's HW checkpoint
 	kindTrunc byte = 'x' // x|topicNum|partition → newStart(8) newEnd(8): a Truncate too big for one transaction, in progress
+	kindAbort byte = 'a' // a|topicNum|partition|markerOffset(8) → producerID(8) firstOffset(8): an aborted transaction (KIP-98)
 )
 
 // partKinds are all key kinds of a partition, for DeletePartition and StoredPartitions.
-var partKinds = []byte{kindBatch, kindTime, kindState, kindSeg, kindHoriz, kindEpoch, kindHW, kindTrunc}
+var partKinds = []byte{kindBatch, kindTime, kindState, kindSeg, kindHoriz, kindEpoch, kindHW, kindTrunc, kindAbort}
 
 const (
 	partPrefixLen = 1 + 8 + 4
@@ -33,6 +34,7 @@ const (
 	epochValueLen   = 8
 	hwValueLen      = 8
 	truncValueLen   = 16
+	abortValueLen   = 16
 )
 
 // PartitionID names a partition log. TopicNum is a number the controller gives a topic and never reuses,

@@ -23,7 +23,7 @@ type Partition struct {
 	s                                           *Store
 	id                                          PartitionID
 	lprefix, tprefix, sprefix, gprefix, hprefix []byte
-	eprefix, wprefix, xprefix                   []byte
+	eprefix, wprefix, xprefix, aprefix          []byte
 
 	// retMu is the partition's maintenance lock: it serialises ApplyRetention, Compact and Truncate
 	// runs, which compute their changes from one snapshot and are the only writers of the state key.
@@ -54,6 +54,10 @@ type Partition struct {
 	epochs     []EpochEntry
 	wEpoch     int32
 	hwQueued   bool
+
+	// aborted is the aborted-transaction index of what is written (aborted.go), sorted by marker
+	// offset; in Badger under aprefix.
+	aborted []AbortedTxn
 
 	// Persisted in the state key (changed under retMu, read under mu).
 	floor      int64 // stored LEO floor
@@ -146,9 +150,10 @@ func (p *Partition) check(what string) error {
 	}
 }
 
-// written records that batches up to end (exclusive) totalling n bytes, and the leader-epoch cache
-// entries epochs they started, are in Badger. The writer calls it in queue order.
-func (p *Partition) written(end, n int64, epochs []EpochEntry) {
+// written records that batches up to end (exclusive) totalling n bytes, the leader-epoch cache
+// entries epochs they started and the aborted transactions their markers end, are in Badger. The
+// writer calls it in queue order.
+func (p *Partition) written(end, n int64, epochs []EpochEntry, aborted []AbortedTxn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if end > p.leo {
@@ -156,6 +161,7 @@ func (p *Partition) written(end, n int64, epochs []EpochEntry) {
 	}
 	p.size += n
 	p.epochs = append(p.epochs, epochs...)
+	p.aborted = append(p.aborted, aborted...)
 }
 
 // advanceHW moves the durable end forward to end (and, unless replicated, the HW with it) and wakes the
@@ -316,7 +322,9 @@ func (p *Partition) prepare(batches []byte, opts AppendOptions) (*appendReq, err
 			batch.SetLogAppendTime(b, opts.LogAppendTime)
 			maxTs = opts.LogAppendTime
 		}
-		r.batches = append(r.batches, stagedBatch{data: b, lastDelta: h.LastOffsetDelta, maxTs: maxTs, epoch: opts.LeaderEpoch})
+		pid, first := abortOf(b, h)
+		r.batches = append(r.batches, stagedBatch{data: b, lastDelta: h.LastOffsetDelta, maxTs: maxTs, epoch: opts.LeaderEpoch,
+			abortPID: pid, abortFirst: first})
 		r.bytes += int64(len(b))
 	}
 	if len(r.batches) == 0 {
@@ -349,6 +357,9 @@ func (p *Partition) outOfRange(offset, start, end int64, bound string) error {
 func (p *Partition) Read(dst []byte, offset int64, maxBytes int) ([]byte, error) {
 	return p.read(dst, offset, maxBytes, false)
 }
+
+// noCap is the read cap of reads capped only by the HW or DurableEnd.
+const noCap = int64(1<<63 - 1)
 
 // bounds returns what a read needs: the truncation generation (read first), whether the partition is
 // retired, the log start, and the HW or, when local, DurableEnd.
@@ -393,6 +404,12 @@ func (p *Partition) snapshot(gen int64) *badger.Txn {
 // the last batch below the HW it saw, so such an empty answer is retried with fresh bounds; it stands
 // only when the bound did not move, where it is what the log holds.
 func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]byte, error) {
+	return p.readCapped(dst, offset, maxBytes, local, noCap)
+}
+
+// readCapped is read that also stops at upTo (ReadUpTo): batches reaching upTo or beyond are not
+// returned, and offsets in [upTo, bound] read nothing.
+func (p *Partition) readCapped(dst []byte, offset int64, maxBytes int, local bool, upTo int64) ([]byte, error) {
 	s := p.s
 	if err := s.acquire("read " + p.id.String()); err != nil {
 		return dst, err
@@ -400,7 +417,7 @@ func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]
 	defer s.lifeMu.RUnlock()
 	lastEnd := int64(-1)
 	for {
-		out, end, err := p.readOnce(dst, offset, maxBytes, local)
+		out, end, err := p.readOnce(dst, offset, maxBytes, local, upTo)
 		if err != nil || len(out) > len(dst) || offset == end || end == lastEnd {
 			return out, err
 		}
@@ -413,7 +430,7 @@ func (p *Partition) read(dst []byte, offset int64, maxBytes int, local bool) ([]
 var testHookAfterBounds func()
 
 // readOnce is one attempt of read: it returns what it appended and the bound it read up to.
-func (p *Partition) readOnce(dst []byte, offset int64, maxBytes int, local bool) ([]byte, int64, error) {
+func (p *Partition) readOnce(dst []byte, offset int64, maxBytes int, local bool, upTo int64) ([]byte, int64, error) {
 	orig := dst // returned on errors, so a failed read leaves dst as it was
 	bound := "high watermark"
 	if local {
@@ -429,7 +446,8 @@ func (p *Partition) readOnce(dst []byte, offset int64, maxBytes int, local bool)
 		if offset < start || offset > end {
 			return orig, end, p.outOfRange(offset, start, end, bound)
 		}
-		if offset == end {
+		end = min(end, upTo)
+		if offset >= end {
 			return dst, end, nil
 		}
 		if testHookAfterBounds != nil {
@@ -713,6 +731,13 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 	if err != nil {
 		return 0, fmt.Errorf("retention of %s: %w", p.id, err)
 	}
+	// So do the aborted-transaction entries whose marker it deletes: the marker follows every record
+	// of its transaction, so they are all gone, and no reader from the new log start needs the entry.
+	adeletes, err := keysBelow(txn, p.aprefix, newStart)
+	if err != nil {
+		return 0, fmt.Errorf("retention of %s: %w", p.id, err)
+	}
+	hdeletes = append(hdeletes, adeletes...)
 
 	// The state goes first: if a crash splits the transactions, the next open sees the new log start
 	// and removes the batches left below it. The floor and the cleaner checkpoint only change under
@@ -760,6 +785,7 @@ func (p *Partition) ApplyRetention(now time.Time, retentionMs, retentionBytes in
 		p.logStart = newStart
 		p.size -= freed
 		_, _, p.epochs = pruneEpochs(p.epochs, newStart)
+		p.aborted = keepAborted(p.aborted, newStart, noCap)
 		// Retention may delete into the active segment (a log older than retention.ms throughout),
 		// as Kafka deletes a rolled active segment: the segment then starts at the new log start.
 		if p.segBytes > 0 && p.segBase < newStart {
@@ -838,7 +864,7 @@ func (s *Store) apply(ops []op) error {
 // delete horizons below the stored log start (left by a retention a crash interrupted) are deleted.
 // A Truncate a crash interrupted is finished first. With an HW checkpoint the partition comes back in
 // replicated mode with that HW (clamped into [log start, LEO]); the leader-epoch cache is read from
-// its keys (recoverEpochs).
+// its keys (recoverEpochs), and so is the aborted-transaction index (recoverAborted).
 func (s *Store) recover(id PartitionID) (*Partition, error) {
 	p := &Partition{
 		s:       s,
@@ -851,6 +877,7 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 		eprefix: partPrefix(kindEpoch, id),
 		wprefix: partPrefix(kindHW, id),
 		xprefix: partPrefix(kindTrunc, id),
+		aprefix: partPrefix(kindAbort, id),
 		maxTs:   -1,
 		wEpoch:  -1,
 		changed: make(chan struct{}),
@@ -986,6 +1013,11 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 	if err != nil {
 		return nil, err
 	}
+	afix, err := p.recoverAborted(txn)
+	if err != nil {
+		return nil, err
+	}
+	efix = append(efix, afix...)
 	if len(stale) > 0 || len(efix) > 0 {
 		ops := make([]op, len(stale), len(stale)+len(efix))
 		for i, k := range stale {

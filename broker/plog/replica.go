@@ -188,8 +188,9 @@ func (p *Partition) prepareReplica(batches []byte, opts AppendOptions) (*appendR
 				p.id, ErrOffsetMismatch, len(r.batches), h.BaseOffset, next)
 		}
 		next = h.NextOffset()
+		pid, first := abortOf(b, h)
 		r.batches = append(r.batches, stagedBatch{data: b, lastDelta: h.LastOffsetDelta, maxTs: h.MaxTimestamp,
-			epoch: h.PartitionLeaderEpoch, base: h.BaseOffset})
+			epoch: h.PartitionLeaderEpoch, base: h.BaseOffset, abortPID: pid, abortFirst: first})
 		r.bytes += int64(len(b))
 	}
 	if len(r.batches) == 0 {
@@ -214,8 +215,8 @@ func (p *Partition) prepareReplica(batches []byte, opts AppendOptions) (*appendR
 //     that is the way to restart a log at an offset, so compute truncation offsets from the epoch
 //     exchange as min(answer, LogEndOffset).)
 //
-// The time-index entries, delete horizons and leader-epoch cache entries of the removed batches go
-// with them (the cache keeps entries with start offset < the new LEO), the active segment loses their
+// The time-index entries, delete horizons, leader-epoch cache entries and aborted-transaction entries
+// (by marker offset) of the removed batches go with them (the cache keeps entries with start offset < the new LEO), the active segment loses their
 // bytes, and LEO and DurableEnd become the new end (when Options.Fsync, after an fsync that also covers
 // everything written before), and the HW is clamped to it (in replicated mode the clamped checkpoint is
 // written in the truncation's transaction, so a crash never brings back an HW over a removed batch).
@@ -355,6 +356,7 @@ func (p *Partition) truncateNow(offset int64) (newEnd, gen int64, fatal bool, er
 	}
 	p.maxTs = plan.maxTs
 	p.epochs = plan.epochs
+	p.aborted = keepAborted(p.aborted, newStart, newEnd)
 	p.wEpoch = -1
 	if n := len(p.epochs); n > 0 {
 		p.wEpoch = p.epochs[n-1].Epoch
@@ -382,8 +384,9 @@ func (p *Partition) planTruncate(txn *badger.Txn, newStart, newEnd, segBase int6
 	plan := truncPlan{maxTs: -1}
 	del := func(k []byte) { plan.deletes = append(plan.deletes, op{key: k, del: true}) }
 
-	// Batches and delete horizons: keyed by base offset, so two ranges.
-	for _, prefix := range [][]byte{p.lprefix, p.hprefix} {
+	// Batches, delete horizons and aborted transactions: keyed by base (or marker) offset, so two
+	// ranges.
+	for _, prefix := range [][]byte{p.lprefix, p.hprefix, p.aprefix} {
 		isBatch := prefix[0] == kindBatch
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: false})
 		visit := func(k []byte, item *badger.Item) error {

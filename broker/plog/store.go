@@ -204,7 +204,8 @@ func (s *Store) Partition(id PartitionID) (*Partition, error) {
 	return p, nil
 }
 
-// DeletePartition removes every batch, time-index entry, delete horizon and leader-epoch entry, the
+// DeletePartition removes every batch, time-index entry, delete horizon, leader-epoch entry and
+// aborted-transaction entry, the
 // segment key, the HW checkpoint and the state of the partition with Badger's DropPrefix (which drops
 // whole tables instead of writing a tombstone per key, and blocks all writes to the DB while it runs),
 // and closes its *Partition: Changed() channels close, later calls return ErrPartitionDeleted, and so
@@ -379,6 +380,7 @@ type appendReq struct {
 	// Set by the writer before done is closed.
 	base, last, logStart int64
 	epochs               []EpochEntry // leader-epoch cache entries the batches start
+	aborted              []AbortedTxn // aborted transactions the batches' ABORT markers end
 	err                  error
 	done                 chan struct{}
 	callback             func(AppendResult, error) // AppendAsync's; run on its own goroutine
@@ -412,6 +414,9 @@ type stagedBatch struct {
 	maxTs     int64
 	epoch     int32 // the batch's PartitionLeaderEpoch, for the leader-epoch cache
 	base      int64 // reqReplica: the batch's own base offset, kept
+	// An ABORT marker (abortOf): the producer and the first offset of the transaction it ends, for the
+	// aborted-transaction index; abortFirst is -1 for every other batch.
+	abortPID, abortFirst int64
 }
 
 // finish completes r with err, or with ErrPartitionDeleted when the partition went away meanwhile
@@ -622,6 +627,13 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 				r.epochs = append(r.epochs, EpochEntry{Epoch: b.epoch, StartOffset: p.next})
 				entries = append(entries, badger.NewEntry(epochKey(p.eprefix, b.epoch), encodeOffset(p.next)))
 			}
+			if b.abortFirst >= 0 {
+				// An ABORT marker: its index entry goes into the marker's transaction, ahead of it (a
+				// stored marker always has its entry; recovery drops an entry left without one).
+				a := AbortedTxn{ProducerID: b.abortPID, FirstOffset: min(b.abortFirst, p.next), LastOffset: p.next}
+				r.aborted = append(r.aborted, a)
+				entries = append(entries, badger.NewEntry(batchKey(p.aprefix, p.next), encodeAborted(a)))
+			}
 			entries = append(entries, badger.NewEntry(batchKey(p.lprefix, p.next), b.data))
 			if b.maxTs > p.maxTs {
 				// As Kafka's time index: an entry only where the running max rises, so the index's
@@ -657,7 +669,7 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 	}
 	for _, r := range g.reqs {
 		if r.kind != reqCheckpoint {
-			r.p.written(r.last+1, r.bytes, r.epochs)
+			r.p.written(r.last+1, r.bytes, r.epochs, r.aborted)
 		}
 	}
 	if !s.opts.Fsync {

@@ -1,0 +1,396 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/broker/meta"
+	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/client/batch"
+)
+
+// testQuorum stands in for the controller quorum's raft log: every proposed command gets the next
+// offset and is applied, in that order, to every node's real meta.FSM before Propose returns. So all
+// nodes see the same metadata log, as with raft, and a test decides when a change happens.
+type testQuorum struct {
+	mu    sync.Mutex
+	index uint64
+	fsms  map[int32]*meta.FSM
+}
+
+// propose appends cmd to the log and applies it on every node; it returns the offset and the result.
+func (q *testQuorum) propose(cmd meta.Command) (uint64, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.index++
+	data := cmd.Encode()
+	ids := make([]int32, 0, len(q.fsms))
+	for id := range q.fsms {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var err error
+	for _, id := range ids {
+		err = q.fsms[id].Apply(q.index, data).(meta.Result).Err
+	}
+	return q.index, err
+}
+
+// testMeta is one node's Metadata: its own FSM of the shared log.
+type testMeta struct {
+	q     *testQuorum
+	fsm   *meta.FSM
+	epoch atomic.Uint64
+}
+
+func (m *testMeta) Image() *meta.Image       { return m.fsm.Image() }
+func (m *testMeta) Changed() <-chan struct{} { return m.fsm.Changed() }
+func (m *testMeta) ControllerID() int32      { return 1 }
+func (m *testMeta) Epoch() uint64            { return m.epoch.Load() }
+func (m *testMeta) Propose(_ context.Context, cmd meta.Command) (*meta.Image, error) {
+	if _, err := m.q.propose(cmd); err != nil {
+		return nil, err
+	}
+	return m.fsm.Image(), nil
+}
+
+// testCluster is n in-process brokers, each with its own Badger store in a temporary directory and its
+// Replication service on 127.0.0.1, sharing a testQuorum.
+type testCluster struct {
+	q       *testQuorum
+	brokers map[int32]*Broker
+}
+
+func startTestCluster(t *testing.T, n int) *testCluster {
+	t.Helper()
+	c := &testCluster{q: &testQuorum{fsms: map[int32]*meta.FSM{}}, brokers: map[int32]*Broker{}}
+	logger := slog.New(slog.DiscardHandler)
+	if os.Getenv("RUNNEL_TEST_LOG") == "1" {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	metas := map[int32]*testMeta{}
+	addrs := map[int32]string{}
+	lis := map[int32]net.Listener{}
+	for id := int32(1); id <= int32(n); id++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis[id], addrs[id] = l, l.Addr().String()
+		fsm := meta.NewFSM(logger)
+		c.q.fsms[id] = fsm
+		metas[id] = &testMeta{q: c.q, fsm: fsm}
+	}
+	for id := int32(1); id <= int32(n); id++ {
+		epoch, err := c.q.propose(meta.Command{Type: meta.CmdRegisterBroker, Broker: &meta.Broker{ID: id, GRPCAddr: addrs[id],
+			Incarnation: "test-" + strconv.Itoa(int(id))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		metas[id].epoch.Store(epoch)
+		if _, err := c.q.propose(meta.Command{Type: meta.CmdUnfenceBroker, BrokerID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := int32(1); id <= int32(n); id++ {
+		o := plog.DefaultOptions(t.TempDir())
+		o.MemTableSize, o.BlockCacheSize, o.IndexCacheSize = 8<<20, 8<<20, 4<<20
+		st, err := plog.Open(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Config{NodeID: id, AdvertisedAddr: addrs[id], ReplicaLagTimeMax: time.Minute}, st, metas[id], logger.With("node", id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := grpc.NewServer(grpc.MaxRecvMsgSize(MaxMessageBytes), grpc.MaxSendMsgSize(MaxMessageBytes))
+		runnelv1.RegisterReplicationServer(srv, b)
+		go srv.Serve(lis[id])
+		c.brokers[id] = b
+		t.Cleanup(func() {
+			srv.Stop()
+			b.Close()
+			st.Close()
+		})
+	}
+	return c
+}
+
+// replicaOn returns node id's replica state of partition 0 of topic, nil until the node took it up.
+func (c *testCluster) replicaOn(id int32, topic string) *replica {
+	tp, ok := c.brokers[id].md.Image().Topic(topic)
+	if !ok {
+		return nil
+	}
+	return c.brokers[id].repl.get(plog.PartitionID{TopicNum: tp.Num, Partition: 0})
+}
+
+// produce sends one batch to partition 0 of topic on node id (a copy: the broker stamps it in place).
+func (c *testCluster) produce(id int32, topic string, records []byte, acks runnelv1.Acks) (int64, error) {
+	resp, err := c.brokers[id].Produce(context.Background(), &runnelv1.ProduceRequest{Acks: acks, TimeoutMs: 10_000,
+		Partitions: []*runnelv1.ProducePartition{{Topic: topic, Partition: 0, Records: bytes.Clone(records)}}})
+	if err != nil {
+		return -1, rerr.FromStatus(err)
+	}
+	r := resp.Partitions[0]
+	return r.BaseOffset, rerr.FromInfo(r.Error)
+}
+
+// idempotentBatch builds a batch of n records of producer pid (epoch 0) from base sequence seq.
+func idempotentBatch(pid int64, seq int32, n int, tag string) []byte {
+	var b batch.Builder
+	for i := 0; i < n; i++ {
+		b.Append(time.Now().UnixMilli(), []byte("k"), []byte(fmt.Sprintf("%s-%d", tag, i)), nil)
+	}
+	b.SetProducer(pid, 0, seq)
+	return bytes.Clone(b.Build(batch.CompressionNone))
+}
+
+// localLog reads a replica's whole log up to its local end.
+func localLog(t *testing.T, r *replica) []byte {
+	t.Helper()
+	var out []byte
+	for off := r.log.LogStartOffset(); off < r.log.DurableEnd(); {
+		data, err := r.log.ReadLocal(nil, off, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := batch.Split(data, func(b []byte, h batch.Header) error {
+			out = append(out, b...)
+			off = h.NextOffset()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// waitUntil polls cond until it returns nil, failing the test with its last error after 15 s.
+func waitUntil(t *testing.T, what string, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// fetchGates holds chosen replica-fetch answers in flight (testHookFetched): a gate for (follower,
+// leader) stops the next answer that matches it until the test releases it.
+type fetchGates struct {
+	mu    sync.Mutex
+	gates map[[2]int32]*fetchGate
+}
+
+type fetchGate struct {
+	withRecords bool          // only an answer that carries batches stops
+	entered     chan struct{} // closed when an answer stopped at the gate
+	release     chan struct{} // closed by the test to let it through
+	applied     chan struct{} // closed once the fetcher applied (or discarded) it
+	once        sync.Once
+}
+
+func (g *fetchGates) hold(node, leader int32, withRecords bool) *fetchGate {
+	gt := &fetchGate{withRecords: withRecords, entered: make(chan struct{}), release: make(chan struct{}), applied: make(chan struct{})}
+	g.mu.Lock()
+	g.gates[[2]int32{node, leader}] = gt
+	g.mu.Unlock()
+	return gt
+}
+
+func (gt *fetchGate) open() { gt.once.Do(func() { close(gt.release) }) }
+
+func (g *fetchGates) openAll() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, gt := range g.gates {
+		gt.open()
+		delete(g.gates, k)
+	}
+}
+
+func (g *fetchGates) hook(node, leader int32, resp *runnelv1.ReplicaFetchResponse) func() {
+	g.mu.Lock()
+	gt := g.gates[[2]int32{node, leader}]
+	if gt != nil && gt.withRecords && !slices.ContainsFunc(resp.Partitions, func(p *runnelv1.ReplicaFetchPartitionResult) bool { return len(p.Records) > 0 }) {
+		gt = nil
+	}
+	if gt != nil {
+		delete(g.gates, [2]int32{node, leader})
+	}
+	g.mu.Unlock()
+	if gt == nil {
+		return nil
+	}
+	close(gt.entered)
+	<-gt.release
+	return func() { close(gt.applied) }
+}
+
+// waitClosed waits for ch with a deadline.
+func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// TestStaleFetchAnswerAfterLeaderChange is the CI failure of TestReplicationSurvivesLeaderKills where
+// a replica's log held the same records as the others' below the HW but one batch carried another
+// partition leader epoch. Leader A at epoch 0 writes batch X (an idempotent producer's) and answers the
+// long polls of its followers B and C with it; the answers are still in flight when A loses the
+// leadership to B at epoch 1 (A is fenced: killed or paused in the e2e test). C follows B and finds
+// nothing to truncate: B's log ends where X begins. Then C's stale answer from A arrives. The producer
+// retries X on B, which writes it at the same offset under epoch 1. A replica must not take an answer
+// to a fetch it sent under an earlier role: C's log must equal B's, byte for byte.
+func TestStaleFetchAnswerAfterLeaderChange(t *testing.T) {
+	gates := &fetchGates{gates: map[[2]int32]*fetchGate{}}
+	testHookFetched = gates.hook
+	t.Cleanup(func() { testHookFetched = nil }) // runs last: after the brokers stopped
+	c := startTestCluster(t, 3)
+	t.Cleanup(gates.openAll) // runs first: no fetcher stays stopped at a gate while its broker closes
+	const topic = "stale"
+	if _, err := c.q.propose(meta.Command{Type: meta.CmdCreateTopic, TopicID: "stale-id", Spec: &meta.Spec{Name: topic,
+		Partitions: 1, ReplicationFactor: 3, Configs: map[string]string{"min.insync.replicas": "2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tp, _ := c.brokers[1].md.Image().Topic(topic)
+	st := tp.Assignment[0]
+	a := st.Leader
+	var b, cc int32 // b: the replica elected when a is fenced (the first other one in replica order)
+	for _, id := range st.Replicas {
+		switch {
+		case id == a:
+		case b == 0:
+			b = id
+		default:
+			cc = id
+		}
+	}
+	following := func(id, leader, epoch int32) func() error {
+		return func() error {
+			r := c.replicaOn(id, topic)
+			if r == nil {
+				return fmt.Errorf("node %d has not taken up its replica", id)
+			}
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.leader || r.leaderID != leader || r.epoch != epoch || !r.truncated {
+				return fmt.Errorf("node %d: leader %v, leader id %d, epoch %d, truncated %v", id, r.leader, r.leaderID, r.epoch, r.truncated)
+			}
+			return nil
+		}
+	}
+	waitUntil(t, "followers ready at epoch 0", following(b, a, 0))
+	waitUntil(t, "followers ready at epoch 0", following(cc, a, 0))
+
+	// Committed records first, so every replica has epoch 0 in its leader-epoch cache.
+	const pid = 4242
+	if _, err := c.produce(a, topic, idempotentBatch(pid, 0, 10, "committed"), runnelv1.Acks_ACKS_ALL); err != nil {
+		t.Fatalf("produce to the first leader: %v", err)
+	}
+
+	// X reaches C and B only in answers that stay in flight; B's never arrives.
+	toC := gates.hold(cc, a, true)
+	gates.hold(b, a, true)
+	x := idempotentBatch(pid, 10, 5, "x")
+	firstTry := make(chan error, 1)
+	go func() {
+		_, err := c.produce(a, topic, x, runnelv1.Acks_ACKS_ALL)
+		firstTry <- err
+	}()
+	waitClosed(t, "C's answer from A carrying X", toC.entered)
+	xOffset := c.replicaOn(cc, topic).log.LogEndOffset()
+
+	// A is fenced; B leads at epoch 1 and C follows it, truncating nothing (B ends where X begins).
+	if _, err := c.q.propose(meta.Command{Type: meta.CmdFenceBroker, BrokerID: a}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "C follows B at epoch 1", following(cc, b, 1))
+	select {
+	case err := <-firstTry:
+		if err == nil {
+			t.Fatal("X was acknowledged by A, which never had the ISR's copy")
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the first attempt of X did not fail when A lost the leadership")
+	}
+
+	// C's next answer from B waits, so C fetches again only once B has the retry of X.
+	fromB := gates.hold(cc, b, false)
+	waitClosed(t, "C's answer from B", fromB.entered)
+	toC.open() // the stale answer from A arrives
+	waitClosed(t, "C's stale answer from A applied or dropped", toC.applied)
+
+	// The producer retries X on B (same producer id, epoch and sequence): B has no copy, so it writes it,
+	// at X's offset, under epoch 1.
+	retry := make(chan error, 1)
+	go func() {
+		off, err := c.produce(b, topic, x, runnelv1.Acks_ACKS_ALL)
+		if err == nil && off != xOffset {
+			err = fmt.Errorf("retry of X written at %d, want %d", off, xOffset)
+		}
+		retry <- err
+	}()
+	rb := c.replicaOn(b, topic)
+	waitUntil(t, "B writes the retry of X", func() error {
+		if end := rb.log.DurableEnd(); end < xOffset+5 {
+			return fmt.Errorf("B's durable end %d", end)
+		}
+		return nil
+	})
+	fromB.open()
+	select {
+	case err := <-retry:
+		if err != nil {
+			t.Fatalf("retry of X on B: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the retry of X on B was not acknowledged")
+	}
+
+	rc := c.replicaOn(cc, topic)
+	waitUntil(t, "C has B's log", func() error {
+		if rc.log.DurableEnd() != rb.log.DurableEnd() {
+			return fmt.Errorf("C ends at %d, B at %d", rc.log.DurableEnd(), rb.log.DurableEnd())
+		}
+		return nil
+	})
+	logB, logC := localLog(t, rb), localLog(t, rc)
+	if !bytes.Equal(logB, logC) {
+		var hb, hc []string
+		for _, x := range []struct {
+			data []byte
+			out  *[]string
+		}{{logB, &hb}, {logC, &hc}} {
+			_ = batch.Split(x.data, func(_ []byte, h batch.Header) error {
+				*x.out = append(*x.out, fmt.Sprintf("[%d..%d epoch %d seq %d]", h.BaseOffset, h.LastOffset(), h.PartitionLeaderEpoch, h.BaseSequence))
+				return nil
+			})
+		}
+		t.Fatalf("C's log differs from the leader B's:\n  B: %v\n  C: %v", hb, hc)
+	}
+}
