@@ -6,10 +6,10 @@ DATA ?= ../shared/data
 # Go from PATH, else the usual install place (/usr/local/go/bin), as docs/quickstart.md says.
 export PATH := $(PATH):/usr/local/go/bin:$(HOME)/go/bin
 
-.PHONY: help build run test test-long test-short bench bench-cluster bench-compare bench-profile demo proto lint fuzz clean deps
+.PHONY: help build run test test-long e2e-long test-short bench bench-cluster bench-compare bench-profile demo proto lint fuzz clean deps
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
 deps: ## download the Go modules
 	$(GO) mod download
@@ -25,11 +25,16 @@ test: ## unit, bad-input and recovery tests with the race detector, the multi-pr
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 12m $$($(GO) list ./... | grep -v /e2e)
 	# The cluster tests run several node processes each: alone, so they do not starve the others' timers.
-	$(GO) test -race -count=1 -timeout 8m ./e2e/
+	$(GO) test -race -count=1 -timeout 12m ./e2e/
 	$(MAKE) fuzz FUZZTIME=20000x
 
 test-long: ## the 3-million-record consumer-group no-skips run with member crashes (RUNNEL_LONG=1)
 	RUNNEL_LONG=1 $(GO) test -race -count=1 -timeout 20m -run 'TestGroupNoSkipsFull' ./client/
+
+SEED ?=
+DURATION ?= 30m
+e2e-long: ## fault-injection run: 3 nodes behind fault proxies, queue workload, random faults of SEED (default: time) for DURATION; report in e2e/out/ (docs/testing.md)
+	RUNNEL_E2E_LONG=1 E2E_SEED=$(SEED) E2E_DURATION=$(DURATION) $(GO) test -race -count=1 -timeout 0 -v -run 'TestQueueUnderFaultsLong' ./e2e/
 
 FUZZTIME ?= 60s
 fuzz: ## fuzz every decoder of untrusted bytes (every FuzzXxx target) for FUZZTIME each

@@ -19,6 +19,9 @@ import (
 	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/client/telemetry"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Limits of fetch sizes, in bytes. A fetch answer must fit the gRPC message cap (MaxMessageBytes).
@@ -57,6 +60,10 @@ type Config struct {
 	// not in the ISR: replicas catching up after a restart or copying a partition moved to them (Kafka's
 	// leader.replication.throttled.rate). 0: no cap. In-sync followers are never throttled.
 	ReplicationThrottle int64
+	// DialOptions are added to every connection this broker opens to another broker (follower fetches,
+	// transaction markers, verification): the fault-injection tests route them through proxies
+	// (platform/netmap). Empty in production.
+	DialOptions []grpc.DialOption
 	// ControllerVoters is the number of controller voters, each a broker too: the fewest brokers the
 	// cluster will have, so internal topics wait for them before choosing a replication factor.
 	ControllerVoters int
@@ -484,4 +491,14 @@ func (b *Broker) ApplyRetention(now time.Time) int {
 		}
 	}
 	return deleted
+}
+
+// peerDialOptions are the options of every connection to another broker: plaintext, messages up to
+// MaxMessageBytes, reconnects backing off from 100 ms to 1 s (a restarted leader is back within
+// seconds), then Config.DialOptions.
+func (b *Broker) peerDialOptions() []grpc.DialOption {
+	return append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6,
+			Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second})}, b.cfg.DialOptions...)
 }

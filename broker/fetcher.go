@@ -11,8 +11,6 @@ import (
 	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/client/batch"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Fetcher settings (Kafka's replica.fetch.* properties).
@@ -73,10 +71,7 @@ func (f *fetcher) client() (runnelv1.ReplicationClient, error) {
 		if f.conn != nil {
 			f.conn.Close()
 		}
-		cc, err := grpc.NewClient(br.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
-			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6,
-				Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second}))
+		cc, err := grpc.NewClient(br.GRPCAddr, f.rm.b.peerDialOptions()...)
 		if err != nil {
 			return nil, err
 		}

@@ -16,8 +16,6 @@ import (
 	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/txn"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Marker delivery and verification timing.
@@ -274,21 +272,12 @@ func (tc *TxnCoordinator) client(id int32) (runnelv1.TransactionsClient, error) 
 	cc := tc.conns[br.GRPCAddr]
 	if cc == nil {
 		var err error
-		if cc, err = grpc.NewClient(br.GRPCAddr, peerDialOptions()...); err != nil {
+		if cc, err = grpc.NewClient(br.GRPCAddr, tc.b.peerDialOptions()...); err != nil {
 			return nil, fmt.Errorf("dial broker %d at %s: %w", id, br.GRPCAddr, err)
 		}
 		tc.conns[br.GRPCAddr] = cc
 	}
 	return runnelv1.NewTransactionsClient(cc), nil
-}
-
-// peerDialOptions are the options of a broker's connections to other brokers (as the replica fetcher
-// dials): plaintext, messages up to MaxMessageBytes, quick reconnects.
-func peerDialOptions() []grpc.DialOption {
-	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6,
-			Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second})}
 }
 
 // Verify implements TxnVerifier (KIP-890): nil when topic-partition is in the ongoing transaction of

@@ -210,13 +210,50 @@ func TestReplicationSurvivesLeaderKills(t *testing.T) {
 				t.Fatalf("partition %d: replica on node %d has other records than node 1 below the HW %d (%d vs %d)", part, id, hw, len(got), len(ref))
 			}
 			if !bytes.Equal(logs[1][part], logs[id][part]) {
-				// Same records at the same offsets, but a batch header differs: a retried batch stored by
-				// two leaders under different leader epochs (a known gap, see the closing note).
-				t.Logf("partition %d: node %d's batches carry other header fields than node 1's (same records)", part, id)
+				// Same records at the same offsets, but the bytes differ: name the first batch that
+				// differs and both copies' header fields, which tell how it came about.
+				t.Errorf("partition %d: node %d's log differs from node 1's below the HW %d (same records): %s",
+					part, id, hw, firstBatchDiff(t, logs[1][part], logs[id][part]))
 			}
 		}
 		t.Logf("partition %d: 3 replicas hold the same %d records up to HW %d", part, len(ref), hw)
 	}
+}
+
+// firstBatchDiff describes the first batch where two replicas' logs (concatenated batches) differ: its
+// offset and both copies' header fields, or which log ends first.
+func firstBatchDiff(t *testing.T, a, b []byte) string {
+	t.Helper()
+	type rec struct {
+		h    batch.Header
+		data []byte
+	}
+	list := func(data []byte) []rec {
+		var out []rec
+		if err := batch.Split(data, func(bt []byte, h batch.Header) error {
+			out = append(out, rec{h, bt})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	la, lb := list(a), list(b)
+	for i := 0; i < len(la) && i < len(lb); i++ {
+		if bytes.Equal(la[i].data, lb[i].data) {
+			continue
+		}
+		field := ""
+		for j := range min(len(la[i].data), len(lb[i].data)) {
+			if la[i].data[j] != lb[i].data[j] {
+				field = fmt.Sprintf("first differing byte at %d of the batch (0-7 base offset, 12-15 partition leader epoch, 17-20 CRC, 43-56 producer id/epoch/base sequence)", j)
+				break
+			}
+		}
+		return fmt.Sprintf("batch #%d at offset %d (the ones before are equal): %s;\n  node 1: %+v\n  other:  %+v",
+			i, la[i].h.BaseOffset, field, la[i].h, lb[i].h)
+	}
+	return fmt.Sprintf("the logs have %d and %d batches, equal as far as both go", len(la), len(lb))
 }
 
 // records lists the records of batches as "offset key value" strings.

@@ -79,7 +79,7 @@ func (n *Node) bindRaft() (string, error) {
 	}
 	if len(voters) == 1 && voters[0].ID == n.cfg.NodeID {
 		if n.raftLn, err = net.Listen("tcp", n.cfg.RaftAddr); err != nil {
-			return "", fmt.Errorf("listen on %s for raft: %w", n.cfg.RaftAddr, err)
+			return "", fmt.Errorf("listen on %s for raft (pick a free address with --raft-addr): %w", n.cfg.RaftAddr, err)
 		}
 		return n.raftLn.Addr().String(), nil
 	}
@@ -117,6 +117,7 @@ func (n *Node) startQuorum(raftAddr string) error {
 		qc.Listener = n.raftLn
 	}
 	qc.Voters = voters
+	qc.Rewrite = n.cfg.dialRewrite()
 	if n.quorum, err = quorum.Start(qc); err != nil {
 		return fmt.Errorf("start the controller quorum member: %w", err)
 	}
@@ -131,6 +132,7 @@ func (n *Node) startMembership(grpcAddr, raftAddr string, props properties) erro
 	mc.BindAddr = n.cfg.SerfAddr
 	mc.Join = n.cfg.Join
 	mc.Logger = n.log
+	mc.Rewrite = n.cfg.dialRewrite()
 	role := membership.RoleBroker
 	if n.cfg.isVoter() {
 		role = membership.RoleController

@@ -11,8 +11,10 @@ import (
 	"github.com/runnel-io/runnel/broker"
 	"github.com/runnel-io/runnel/broker/group"
 	"github.com/runnel-io/runnel/broker/plog"
+	"github.com/runnel-io/runnel/broker/txn"
 	"github.com/runnel-io/runnel/platform/controller"
 	"github.com/runnel-io/runnel/platform/membership"
+	"github.com/runnel-io/runnel/platform/netmap"
 	"github.com/runnel-io/runnel/platform/quorum"
 )
 
@@ -77,6 +79,14 @@ type Config struct {
 	// Groups configures the consumer group coordinator (heartbeat interval, session timeout bounds, group
 	// size, offsets retention, ...); zero fields take group.DefaultConfig's values.
 	Groups group.Config
+	// Transactions configures the transaction coordinator (default and max transaction timeouts,
+	// transactional id expiration, __transaction_state partitions); zero fields take
+	// txn.DefaultConfig's values.
+	Transactions txn.Config
+	// DialRewrite is a table of inter-node dial rewrites, "FROM=TO,..." (netmap.Parse): raft, gossip
+	// and broker-to-broker gRPC aimed at FROM dial TO instead. The e2e fault-injection harness uses it to
+	// route each link through a proxy it controls (docs/testing.md); empty (the default) changes nothing.
+	DialRewrite string
 	// Telemetry configures metrics (/metrics on HTTPAddr, OTLP) and tracing; the zero value takes
 	// everything from the OTEL_* environment variables (see TelemetryConfig).
 	Telemetry TelemetryConfig
@@ -102,6 +112,7 @@ func DefaultConfig() Config {
 		ValueLogGCInterval:      time.Minute,
 		ShutdownTimeout:         10 * time.Second,
 		Groups:                  group.DefaultConfig(),
+		Transactions:            txn.DefaultConfig(),
 	}
 }
 
@@ -161,7 +172,13 @@ func (c Config) Validate() error {
 	if c.MemTableBytes < 1<<20 || c.BlockCacheBytes < 0 || c.IndexCacheBytes < 0 {
 		return fmt.Errorf("memtable must be at least 1 MiB and caches 0 or more")
 	}
+	if _, err := netmap.Parse(c.DialRewrite); err != nil {
+		return err
+	}
 	if err := c.Groups.Validate(); err != nil {
+		return err
+	}
+	if err := c.Transactions.Validate(); err != nil {
 		return err
 	}
 	return nil
@@ -198,4 +215,13 @@ func (c Config) storeOptions() plog.Options {
 	o.IndexCacheSize = c.IndexCacheBytes
 	o.GCInterval = c.ValueLogGCInterval
 	return o
+}
+
+// dialRewrite returns DialRewrite parsed (empty when it does not parse, which Validate refuses).
+func (c Config) dialRewrite() *netmap.Table {
+	t, err := netmap.Parse(c.DialRewrite)
+	if err != nil {
+		return nil
+	}
+	return t
 }

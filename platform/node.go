@@ -38,6 +38,7 @@ type Node struct {
 	ctl    *controller.Controller
 	broker *broker.Broker
 	groups *broker.GroupCoordinator
+	txns   *broker.TxnCoordinator
 	grpc   *grpc.Server
 	health *health.Server
 	http   *http.Server
@@ -93,7 +94,7 @@ func (n *Node) Start() (err error) {
 		return fmt.Errorf("data dir %s belongs to node %d, not node %d: %w", n.cfg.DataDir, props.NodeID, n.cfg.NodeID, ErrWrongDataDir)
 	}
 	if n.grpcLn, err = net.Listen("tcp", n.cfg.GRPCAddr); err != nil {
-		return fmt.Errorf("listen on %s for gRPC: %w", n.cfg.GRPCAddr, err)
+		return fmt.Errorf("listen on %s for gRPC (another node running? pick a free address with --grpc-addr): %w", n.cfg.GRPCAddr, err)
 	}
 	adv := n.cfg.AdvertisedGRPCAddr
 	if adv == "" {
@@ -101,7 +102,7 @@ func (n *Node) Start() (err error) {
 	}
 	if n.cfg.HTTPAddr != "" {
 		if n.httpLn, err = net.Listen("tcp", n.cfg.HTTPAddr); err != nil {
-			return fmt.Errorf("listen on %s for HTTP: %w", n.cfg.HTTPAddr, err)
+			return fmt.Errorf("listen on %s for HTTP (pick a free address with --http-addr): %w", n.cfg.HTTPAddr, err)
 		}
 	}
 	// Gossip first: a wrong key, a node id in use or another cluster's data dir is refused before raft
@@ -126,14 +127,19 @@ func (n *Node) Start() (err error) {
 		Self: meta.Broker{ID: n.cfg.NodeID, GRPCAddr: adv, RaftAddr: n.quorum.Addr(), HTTPAddr: n.HTTPAddr(), Rack: n.cfg.Rack,
 			Controller: n.cfg.isVoter()},
 		HeartbeatInterval: n.cfg.BrokerHeartbeatInterval, SessionTimeout: n.cfg.BrokerSessionTimeout, Logger: n.log,
+		DialOptions: n.cfg.dialRewrite().DialOptions(),
 	}, n.fsm, n.quorum, n.memb)
-	if n.broker, err = broker.New(broker.Config{NodeID: n.cfg.NodeID, AdvertisedAddr: adv, Rack: n.cfg.Rack,
+	if n.broker, err = broker.New(broker.Config{NodeID: n.cfg.NodeID, AdvertisedAddr: adv, Rack: n.cfg.Rack, DialOptions: n.cfg.dialRewrite().DialOptions(),
 		RetentionCheckInterval: n.cfg.RetentionCheckInterval, ControllerVoters: len(voters), ReplicaLagTimeMax: n.cfg.ReplicaLagTimeMax, ReplicationThrottle: n.cfg.ReplicationThrottle, Telemetry: n.tel.brokerTelemetry()}, n.store, n.ctl, n.log); err != nil {
 		return err
 	}
 	if n.groups, err = broker.NewGroupCoordinator(n.broker, n.cfg.Groups, n.log); err != nil {
 		return fmt.Errorf("start the group coordinator: %w", err)
 	}
+	if n.txns, err = broker.NewTxnCoordinator(n.broker, n.cfg.Transactions, n.log); err != nil {
+		return fmt.Errorf("start the transaction coordinator: %w", err)
+	}
+	n.broker.SetTxnVerifier(n.txns)
 	n.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(broker.MaxMessageBytes),
 		grpc.MaxSendMsgSize(broker.MaxMessageBytes),
@@ -145,13 +151,14 @@ func (n *Node) Start() (err error) {
 	runnelv1.RegisterAdminServer(n.grpc, n.broker)
 	runnelv1.RegisterReplicationServer(n.grpc, n.broker)
 	runnelv1.RegisterGroupsServer(n.grpc, n.groups)
+	runnelv1.RegisterTransactionsServer(n.grpc, n.txns)
 	n.ctl.Register(n.grpc)
 	n.health = health.NewServer()
 	healthpb.RegisterHealthServer(n.grpc, n.health)
 	reflection.Register(n.grpc)
 	for _, svc := range []string{"", runnelv1.Records_ServiceDesc.ServiceName, runnelv1.Admin_ServiceDesc.ServiceName,
 		runnelv1.Groups_ServiceDesc.ServiceName, runnelv1.Cluster_ServiceDesc.ServiceName, runnelv1.Controller_ServiceDesc.ServiceName,
-		runnelv1.Replication_ServiceDesc.ServiceName} {
+		runnelv1.Replication_ServiceDesc.ServiceName, runnelv1.Transactions_ServiceDesc.ServiceName} {
 		n.health.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 	}
 	n.wg.Add(1)
@@ -275,6 +282,12 @@ func (n *Node) Close() error {
 			n.grpcLn.Close()
 		}
 		n.wg.Wait()
+		if n.txns != nil {
+			// Before the broker: its marker writers call the broker. Unset as the verifier first, so
+			// transactional produce is refused rather than sent to a stopped coordinator.
+			n.broker.SetTxnVerifier(nil)
+			n.txns.Close()
+		}
 		if n.groups != nil {
 			n.groups.Close()
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/runnel-io/runnel/platform"
 	"github.com/runnel-io/runnel/platform/membership"
+	"github.com/runnel-io/runnel/platform/netmap"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -136,6 +137,9 @@ from --gossip-key-file or the RUNNEL_GOSSIP_KEY variable, never a flag, so it st
 	fs.DurationVar(&f.cfg.ReplicaLagTimeMax, "replica-lag-time-max", f.cfg.ReplicaLagTimeMax, "how long a follower may lag before its leader drops it from the ISR (Kafka's replica.lag.time.max.ms)")
 	fs.Int64Var(&f.cfg.ReplicationThrottle, "replication-throttle", 0, "bytes/s this broker as leader sends to followers out of the ISR (catching up or copying a reassigned partition); 0: no cap")
 	fs.StringVar(&gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip encryption key (default: $RUNNEL_GOSSIP_KEY)")
+	// Fault injection only (e2e/, docs/testing.md): inter-node dials go to proxies; hidden from --help.
+	fs.StringVar(&f.cfg.DialRewrite, "dial-rewrite", os.Getenv(netmap.EnvVar), "inter-node dial rewrites FROM=TO,... (default: $"+netmap.EnvVar+")")
+	_ = fs.MarkHidden("dial-rewrite")
 	return cmd
 }
 

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strings"
 	"time"
+
+	"github.com/runnel-io/runnel/platform/netmap"
 )
 
 // Config of a node's membership. Start from DefaultConfig, change fields, then Validate (Start does).
@@ -78,6 +80,10 @@ type Config struct {
 	// ReapInterval is how often failed and left members are checked against the two timeouts above
 	// (default 15s).
 	ReapInterval time.Duration
+	// Rewrite, when not empty, sends every gossip packet and stream this node opens to the rewritten
+	// address of its target (netmap: the e2e harness's per-link fault proxies). nil: gossip goes where
+	// it is addressed.
+	Rewrite *netmap.Table
 }
 
 // DefaultConfig returns LAN timings (a crashed node is seen failed in 2.5-4 s) for node 1 with role

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/serf"
+	"github.com/runnel-io/runnel/platform/netmap"
 )
 
 // Status of a member as serf sees it.
@@ -235,6 +236,23 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 	if !testNoMergeGuard {
 		mlc.Merge = mergeGuard{m: m}
 	}
+	var rewritten *netmap.Transport // our own transport, which we shut down if serf does not start
+	if !cfg.Rewrite.Empty() {
+		// memberlist builds this same NetTransport itself when Config.Transport is nil; here it is
+		// wrapped so that what we send goes through the rewrite table.
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{bindHost}, BindPort: bindPort, Logger: stdLog})
+		if err != nil {
+			return nil, fmt.Errorf("gossip transport on %s: %w", cfg.BindAddr, err)
+		}
+		if bindPort == 0 {
+			mlc.BindPort = nt.GetAutoBindPort()
+			if mlc.AdvertisePort == 0 {
+				mlc.AdvertisePort = mlc.BindPort
+			}
+		}
+		rewritten = cfg.Rewrite.WrapTransport(nt)
+		mlc.Transport = rewritten
+	}
 	if cfg.EncryptKey != nil {
 		mlc.SecretKey = slices.Clone(cfg.EncryptKey)
 	}
@@ -258,6 +276,9 @@ func Start(ctx context.Context, cfg Config) (*Membership, error) {
 
 	s, err := serf.Create(sc)
 	if err != nil {
+		if rewritten != nil {
+			_ = rewritten.Shutdown()
+		}
 		return nil, fmt.Errorf("start serf on %s: %w", cfg.BindAddr, err)
 	}
 	m.serf = s

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/runnel-io/runnel/platform/netmap"
 )
 
 // Config configures one member of the controller quorum. Start from DefaultConfig, set NodeID, Dir,
@@ -63,6 +65,9 @@ type Config struct {
 	// name the node's raft address before raft starts (a single voter on port 0, tests that reserve a
 	// cluster's ports) binds it first and passes it here.
 	Listener net.Listener
+	// Rewrite, when not empty, makes raft dial the rewritten address of each member (netmap: the e2e
+	// harness's per-link fault proxies); nil dials members at their addresses.
+	Rewrite *netmap.Table
 	// walSegmentSize, when set, replaces walSegmentSize (tests: raft-wal frees truncated entries only a
 	// whole segment at a time, and until then the leader still finds them and sends them instead of a
 	// snapshot).

@@ -128,7 +128,7 @@ func Start(cfg Config) (_ *Quorum, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("quorum: open snapshot store in %s: %w", cfg.Dir, err)
 	}
-	stream := newStreamLayer(ln, advertise)
+	stream := newStreamLayer(ln, advertise, cfg.Rewrite)
 	trans := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Logger:  hl.Named("transport"),
 		Stream:  stream,

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/runnel-io/runnel/platform/netmap"
 )
 
 // streamLayer is raft's TCP stream layer (as raft.NewTCPTransport builds it) plus bookkeeping of its
@@ -18,6 +20,7 @@ import (
 type streamLayer struct {
 	ln        net.Listener
 	advertise net.Addr
+	rewrite   *netmap.Table // where to dial instead (fault proxies); nil: the address itself
 
 	mu       sync.Mutex
 	closed   bool
@@ -27,8 +30,8 @@ type streamLayer struct {
 
 var _ raft.StreamLayer = (*streamLayer)(nil)
 
-func newStreamLayer(ln net.Listener, advertise string) *streamLayer {
-	return &streamLayer{ln: ln, advertise: advertiseAddr(advertise), conns: make(map[*trackedConn]struct{})}
+func newStreamLayer(ln net.Listener, advertise string, rewrite *netmap.Table) *streamLayer {
+	return &streamLayer{ln: ln, advertise: advertiseAddr(advertise), rewrite: rewrite, conns: make(map[*trackedConn]struct{})}
 }
 
 // Accept implements net.Listener.
@@ -40,9 +43,9 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	return s.track(c, true)
 }
 
-// Dial implements raft.StreamLayer.
+// Dial implements raft.StreamLayer: it dials address, or its rewrite in Config.Rewrite.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	c, err := net.DialTimeout("tcp", string(address), timeout)
+	c, err := s.rewrite.DialTimeout("tcp", string(address), timeout)
 	if err != nil {
 		return nil, err
 	}
