@@ -61,8 +61,8 @@ type TransactionsClient interface {
 	// EndTxn commits or aborts the ongoing transaction. It answers once the decision
 	// (PREPARE_COMMIT/PREPARE_ABORT) is durable; the markers are written afterwards, and the next
 	// AddPartitionsToTxn or InitProducerId of the id waits (CONCURRENT_TRANSACTIONS) until they are.
-	// Ending with no ongoing transaction: an abort is a no-op; a commit is INVALID_TXN_STATE. A retried
-	// EndTxn of the transaction just ended answers success. Errors: PRODUCER_FENCED,
+	// Ending with no ongoing transaction (nothing was added) answers success and writes nothing, for a
+	// commit as for an abort; a retried EndTxn of the transaction just ended answers success too. Errors: PRODUCER_FENCED,
 	// INVALID_PRODUCER_ID_MAPPING, INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS.
 	EndTxn(ctx context.Context, in *EndTxnRequest, opts ...grpc.CallOption) (*EndTxnResponse, error)
 	// VerifyPartitions is the partition leaders' call (KIP-890): before a leader accepts the first
@@ -205,8 +205,8 @@ type TransactionsServer interface {
 	// EndTxn commits or aborts the ongoing transaction. It answers once the decision
 	// (PREPARE_COMMIT/PREPARE_ABORT) is durable; the markers are written afterwards, and the next
 	// AddPartitionsToTxn or InitProducerId of the id waits (CONCURRENT_TRANSACTIONS) until they are.
-	// Ending with no ongoing transaction: an abort is a no-op; a commit is INVALID_TXN_STATE. A retried
-	// EndTxn of the transaction just ended answers success. Errors: PRODUCER_FENCED,
+	// Ending with no ongoing transaction (nothing was added) answers success and writes nothing, for a
+	// commit as for an abort; a retried EndTxn of the transaction just ended answers success too. Errors: PRODUCER_FENCED,
 	// INVALID_PRODUCER_ID_MAPPING, INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS.
 	EndTxn(context.Context, *EndTxnRequest) (*EndTxnResponse, error)
 	// VerifyPartitions is the partition leaders' call (KIP-890): before a leader accepts the first
