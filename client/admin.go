@@ -314,7 +314,7 @@ func (a *Admin) AlterTopicConfig(ctx context.Context, name string, set map[strin
 // offset -1 when no record is that recent). ts is that record's timestamp in ms, or -1. OffsetAt(o)
 // returns o as it is.
 func (a *Admin) ListOffsets(ctx context.Context, topic string, partition int32, spec Offset) (offset, ts int64, err error) {
-	return listOffsets(ctx, a.cl, topic, partition, spec, false)
+	return listOffsets(ctx, a.cl, topic, partition, spec, false, ReadUncommitted)
 }
 
 // PartitionLeader is a partition and its leader after an election.
@@ -410,8 +410,9 @@ func oneTopic[T any](ts []T, name string, nameOf func(T) string) (T, error) {
 // listOffsets resolves spec with a ListOffsets call to the partition's leader. retryPartition also
 // retries retriable per-partition errors (UNKNOWN_TOPIC_OR_PARTITION of a topic just created), within
 // the request timeout; otherwise they are returned at once. A time with no record at or after it
-// resolves to offset -1 for Admin, and to the high watermark for a consumer (retryPartition set).
-func listOffsets(ctx context.Context, cl *cluster, topic string, partition int32, spec Offset, retryPartition bool) (int64, int64, error) {
+// resolves to offset -1 for Admin, and to the high watermark for a consumer (retryPartition set). With
+// ReadCommitted, LATEST is the last stable offset (a read_committed consumer's end).
+func listOffsets(ctx context.Context, cl *cluster, topic string, partition int32, spec Offset, retryPartition bool, iso IsolationLevel) (int64, int64, error) {
 	lp := &runnelv1.ListOffsetsPartition{Topic: topic, Partition: partition}
 	switch spec.kind {
 	case offsetExact:
@@ -436,7 +437,7 @@ func listOffsets(ctx context.Context, cl *cluster, topic string, partition int32
 		if err != nil {
 			return err
 		}
-		resp, err := runnelv1.NewRecordsClient(cc).ListOffsets(ctx, &runnelv1.ListOffsetsRequest{Partitions: []*runnelv1.ListOffsetsPartition{lp}})
+		resp, err := runnelv1.NewRecordsClient(cc).ListOffsets(ctx, &runnelv1.ListOffsetsRequest{Partitions: []*runnelv1.ListOffsetsPartition{lp}, IsolationLevel: iso.proto()})
 		if err != nil {
 			return wireErr(err)
 		}
@@ -459,7 +460,7 @@ func listOffsets(ctx context.Context, cl *cluster, topic string, partition int32
 		return -1, -1, fmt.Errorf("list offsets of %s-%d (%v): %w", topic, partition, spec, unfinal(err))
 	}
 	if spec.kind == offsetTime && res.Offset < 0 && retryPartition {
-		return listOffsets(ctx, cl, topic, partition, OffsetLatest(), retryPartition)
+		return listOffsets(ctx, cl, topic, partition, OffsetLatest(), retryPartition, iso)
 	}
 	return res.Offset, res.Timestamp, nil
 }

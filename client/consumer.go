@@ -1,9 +1,12 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -132,7 +135,7 @@ func (c *Consumer) Assign(topic string, partition int32, from Offset) error {
 	if closed {
 		return ErrClosed
 	}
-	off, _, err := listOffsets(c.ctx, c.cl, topic, partition, from, true)
+	off, _, err := listOffsets(c.ctx, c.cl, topic, partition, from, true, c.cfg.isolation)
 	if err != nil {
 		if c.ctx.Err() != nil {
 			return ErrClosed
@@ -520,6 +523,9 @@ func (f *fetcher) fetch(items []fetchItem) {
 		MaxWaitMs: int32(cfg.fetchMaxWait / time.Millisecond),
 		MinBytes:  cfg.fetchMinBytes,
 		MaxBytes:  cfg.fetchMaxBytes,
+		// READ_COMMITTED: the leader answers up to the LSO and lists the aborted transactions
+		// in the answer, which decodeFetched drops.
+		IsolationLevel: cfg.isolation.proto(),
 	}
 	for _, it := range items {
 		req.Partitions = append(req.Partitions, &runnelv1.FetchPartition{Topic: it.p.topic, Partition: it.p.partition,
@@ -597,7 +603,11 @@ func (f *fetcher) fetch(items []fetchItem) {
 			continue
 		}
 		o.size = len(res.Records)
-		o.recs, o.next, o.err = decodeFetched(res.Records, it.p.topic, it.p.partition, it.offset)
+		var aborted []*runnelv1.AbortedTransaction
+		if cfg.isolation == ReadCommitted {
+			aborted = res.AbortedTransactions
+		}
+		o.recs, o.next, o.err = decodeFetched(res.Records, it.p.topic, it.p.partition, it.offset, aborted)
 	}
 
 	refresh := false
@@ -702,21 +712,38 @@ func (c *Consumer) refreshLeaders() {
 }
 
 // decodeFetched decodes the batches of one partition's fetch answer into records at or after from,
-// skipping control records. It returns the offset after the last whole batch. A trailing batch cut short
-// (a broker may end an answer mid-batch) is left for the next fetch; damage anywhere else is an error,
-// returned with the records before it.
-func decodeFetched(b []byte, topic string, partition int32, from int64) ([]*Record, int64, error) {
+// skipping control records and, when aborted lists the answer's aborted transactions (a
+// read_committed fetch), the records of those transactions (see abortedFilter). It returns the offset
+// after the last whole batch, skipped batches included. A trailing batch cut short (a broker may end an
+// answer mid-batch) is left for the next fetch; damage anywhere else is an error, returned with the
+// records before it.
+func decodeFetched(b []byte, topic string, partition int32, from int64, aborted []*runnelv1.AbortedTransaction) ([]*Record, int64, error) {
 	recs := make([]Record, 0, countRecords(b))
 	next := from
+	floor := from // no record below it is returned: the answer's records come out strictly increasing
+	f := newAbortedFilter(aborted)
 	for len(b) > 0 {
 		if next > from && (len(b) < batch.HeaderSize || int64(binary.BigEndian.Uint32(b[8:]))+12 > int64(len(b))) {
 			break
 		}
+		end := int64(math.MaxInt64)
+		if h, err := batch.ParseHeader(b); err == nil { // else DecodeBatch reports the error below
+			if f != nil && f.skip(h) {
+				next = max(next, h.NextOffset())
+				b = b[h.Size():]
+				continue
+			}
+			end = h.NextOffset()
+		}
 		kept := len(recs)
 		h, err := batch.DecodeBatch(b, func(br batch.Record) error {
-			if br.Control || br.Offset < from {
+			// Records below the fetch offset share its batch with it. Those below an earlier record
+			// or past their batch's last offset only come from a malformed answer (overlapping
+			// batches, offset deltas out of order): dropped, so Poll never returns an offset twice.
+			if br.Control || br.Offset < floor || br.Offset >= end {
 				return nil
 			}
+			floor = br.Offset + 1
 			recs = append(recs, Record{Topic: topic, Partition: partition, Offset: br.Offset, Timestamp: time.UnixMilli(br.Timestamp),
 				Key: br.Key, Value: br.Value, Headers: br.Headers, LeaderEpoch: br.LeaderEpoch})
 			return nil
@@ -729,6 +756,43 @@ func decodeFetched(b []byte, topic string, partition int32, from int64) ([]*Reco
 		b = b[h.Size():]
 	}
 	return pointers(recs), next, nil
+}
+
+// abortedFilter drops the batches of aborted transactions from a read_committed fetch answer, as
+// Kafka's consumer does (KIP-98): walking the answer's batches in offset order, an aborted transaction
+// becomes active for its producer once the walk reaches its first offset (a batch whose last offset is
+// at or past it), every transactional batch of an active producer is dropped, and the producer's next
+// control batch (its ABORT marker) ends it. Batches of other producers, non-transactional batches and
+// those of committed transactions are kept. Control batches are never returned in any mode, so skip
+// reports them too.
+type abortedFilter struct {
+	pending []*runnelv1.AbortedTransaction // by first offset, not reached yet
+	active  map[int64]bool                 // producer ids inside an aborted transaction
+}
+
+// newAbortedFilter returns the filter of an answer's aborted transactions, or nil when there are none
+// (nothing to drop but control records, which decoding skips anyway).
+func newAbortedFilter(aborted []*runnelv1.AbortedTransaction) *abortedFilter {
+	if len(aborted) == 0 {
+		return nil
+	}
+	f := &abortedFilter{pending: slices.Clone(aborted), active: map[int64]bool{}}
+	slices.SortStableFunc(f.pending, func(a, b *runnelv1.AbortedTransaction) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+	return f
+}
+
+// skip reports whether the whole batch h is dropped: a control batch, or a transactional batch of a
+// producer inside an aborted transaction. Batches must come in offset order.
+func (f *abortedFilter) skip(h batch.Header) bool {
+	for len(f.pending) > 0 && f.pending[0].FirstOffset <= h.LastOffset() {
+		f.active[f.pending[0].ProducerId] = true
+		f.pending = f.pending[1:]
+	}
+	if h.IsControl() {
+		delete(f.active, h.ProducerID) // the marker ends the producer's transaction
+		return true
+	}
+	return h.IsTransactional() && f.active[h.ProducerID]
 }
 
 // countRecords sums the record counts of the batch headers in b, so the answer's records are allocated

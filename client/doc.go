@@ -41,6 +41,31 @@
 // produced. It needs acks=all (the default); a new Producer has a new id, so records sent again after
 // a restart are new records.
 //
+// Transactions (KIP-98, with KIP-447's group-fenced offsets and KIP-890's partition verification):
+// a Producer made WithTransactionalID writes records to several partitions, and a group's offsets,
+// as one atomic unit; consumers WithIsolationLevel(ReadCommitted) see all of it once it commits and
+// none of it if it aborts. Consume-transform-produce, exactly once:
+//
+//	p, err := client.NewProducer(brokers, client.WithTransactionalID("enricher-1"))
+//	err = p.InitTransactions(ctx) // fences any previous producer with this id
+//	g, err := client.NewGroupConsumer(brokers, "enricher", client.WithAutoCommit(false),
+//		client.WithIsolationLevel(client.ReadCommitted))
+//	for {
+//		recs, err := g.Poll(ctx)
+//		err = p.BeginTransaction()
+//		offsets := map[client.TopicPartition]client.OffsetAndMetadata{}
+//		for _, r := range recs {
+//			p.Produce(ctx, client.NewRecord("enriched", r.Key, enrich(r.Value)), nil)
+//			offsets[client.TopicPartition{Topic: r.Topic, Partition: r.Partition}] = client.OffsetAndMetadata{Offset: r.Offset + 1}
+//		}
+//		err = p.SendOffsetsToTransaction(ctx, offsets, g.GroupMetadata())
+//		if err = p.CommitTransaction(ctx); errors.Is(err, client.ErrProducerFenced) {
+//			return err // a newer instance took over: stop
+//		} else if err != nil {
+//			err = p.AbortTransaction(ctx) // then Seek back to the committed offsets and redo
+//		}
+//	}
+//
 // Options are functional (With...), each documented with its default and the Kafka property it
 // mirrors; the constructors validate them once. Shared options (WithClientID, WithRequestTimeout,
 // WithRetryBackoff, WithMetadataMaxAge, WithLogger, WithDialOptions) fit every client; consumer

@@ -350,7 +350,7 @@ func (g *GroupConsumer) resetOutOfRange(ctx context.Context, k tp) bool {
 	if p == nil {
 		return false
 	}
-	off, _, err := listOffsets(ctx, g.cl, k.topic, k.partition, g.cfg.resetOffset, true)
+	off, _, err := listOffsets(ctx, g.cl, k.topic, k.partition, g.cfg.resetOffset, true, g.cfg.consumer.isolation)
 	if err != nil {
 		g.log.Warn("reset of an out-of-range position failed", "group", g.group, "topic", k.topic, "partition", k.partition, "err", err)
 		return false
@@ -511,6 +511,17 @@ func (g *GroupConsumer) MemberID() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.memberID
+}
+
+// GroupMetadata returns the member's group id, member id and member epoch as of now, for
+// Producer.SendOffsetsToTransaction: the group's coordinator accepts the transaction's offsets only
+// from the member that owns the partitions at that epoch (KIP-447), so a member that lost them to a
+// rebalance cannot commit them. Take it right before SendOffsetsToTransaction. Kafka:
+// KafkaConsumer.groupMetadata().
+func (g *GroupConsumer) GroupMetadata() GroupMetadata {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return GroupMetadata{GroupID: g.group, MemberID: g.memberID, MemberEpoch: g.epoch}
 }
 
 // MemberEpoch returns the member epoch last received (0 while joining).
@@ -877,7 +888,7 @@ func (g *GroupConsumer) startPositions(add []tp) (map[tp]startPos, error) {
 		list[i] = TopicPartition{k.topic, k.partition}
 		topics[k.topic] = true
 	}
-	committed, err := fetchOffsets(ctx, g.coord, g.group, list)
+	committed, err := fetchOffsets(ctx, g.coord, g.group, list, g.cfg.consumer.isolation == ReadCommitted)
 	if err != nil {
 		return nil, fmt.Errorf("fetch committed offsets: %w", err)
 	}
@@ -892,7 +903,7 @@ func (g *GroupConsumer) startPositions(add []tp) (map[tp]startPos, error) {
 			out[k] = startPos{offset: c.Offset, committed: c.Offset}
 			continue
 		}
-		off, _, err := listOffsets(ctx, g.cl, k.topic, k.partition, g.cfg.resetOffset, true)
+		off, _, err := listOffsets(ctx, g.cl, k.topic, k.partition, g.cfg.resetOffset, true, g.cfg.consumer.isolation)
 		if err != nil {
 			return nil, err
 		}

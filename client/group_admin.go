@@ -162,7 +162,7 @@ func (a *Admin) DescribeGroup(ctx context.Context, group string) (*GroupDescript
 // FetchOffsets returns a group's committed offsets of the given partitions (Offset -1 where there is
 // none), or of every partition it has committed when none is given, sorted. An unknown group has none.
 func (a *Admin) FetchOffsets(ctx context.Context, group string, partitions ...TopicPartition) ([]CommittedOffset, error) {
-	m, err := fetchOffsets(ctx, newCoordinator(a.cl), group, partitions)
+	m, err := fetchOffsets(ctx, newCoordinator(a.cl), group, partitions, false)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +226,7 @@ func (a *Admin) GroupLag(ctx context.Context, group string) ([]PartitionLag, err
 	if err != nil && !isCode(err, runnelv1.ErrorCode_GROUP_ID_NOT_FOUND) {
 		return nil, err
 	}
-	committed, err := fetchOffsets(ctx, newCoordinator(a.cl), group, nil)
+	committed, err := fetchOffsets(ctx, newCoordinator(a.cl), group, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +369,7 @@ func (a *Admin) ResetOffsets(ctx context.Context, group string, partitions []Top
 	parts := slices.Clone(partitions)
 	sortTopicPartitions(parts)
 	parts = slices.Compact(parts)
-	committed, err := fetchOffsets(ctx, newCoordinator(a.cl), group, parts)
+	committed, err := fetchOffsets(ctx, newCoordinator(a.cl), group, parts, false)
 	if err != nil {
 		return nil, err
 	}

@@ -283,14 +283,18 @@ func (g *GroupConsumer) commit(ctx context.Context, s commitSnap) error {
 // Committed returns the group's committed offsets of the given partitions (Offset -1 where there is
 // none), or of every partition the group has committed when none is given. Kafka: committed().
 func (g *GroupConsumer) Committed(ctx context.Context, partitions ...TopicPartition) (map[TopicPartition]CommittedOffset, error) {
-	return fetchOffsets(ctx, g.coord, g.group, partitions)
+	return fetchOffsets(ctx, g.coord, g.group, partitions, g.cfg.consumer.isolation == ReadCommitted)
 }
 
-// fetchOffsets asks the group's coordinator for committed offsets.
-func fetchOffsets(ctx context.Context, coord *coordinator, group string, partitions []TopicPartition) (map[TopicPartition]CommittedOffset, error) {
+// fetchOffsets asks the group's coordinator for committed offsets. With requireStable (a read_committed
+// member, KIP-447) a partition whose offsets a transaction still holds answers UNSTABLE_OFFSET_COMMIT,
+// and the call is retried with backoff (within the request timeout and ctx) until the transaction has
+// ended, so the member does not start from an offset about to be replaced.
+func fetchOffsets(ctx context.Context, coord *coordinator, group string, partitions []TopicPartition, requireStable bool) (map[TopicPartition]CommittedOffset, error) {
 	var out map[TopicPartition]CommittedOffset
 	err := coord.call(ctx, func(ctx context.Context, gc runnelv1.GroupsClient) error {
-		resp, err := gc.FetchOffsets(ctx, &runnelv1.FetchOffsetsRequest{GroupId: group, Partitions: toProtoPartitions(partitions)})
+		resp, err := gc.FetchOffsets(ctx, &runnelv1.FetchOffsetsRequest{GroupId: group, Partitions: toProtoPartitions(partitions),
+			RequireStable: requireStable})
 		if err != nil {
 			return wireErr(err)
 		}
@@ -298,6 +302,10 @@ func fetchOffsets(ctx context.Context, coord *coordinator, group string, partiti
 		var errs []error
 		for _, o := range resp.Offsets {
 			if err := rerr.FromInfo(o.Error); err != nil {
+				if isCode(err, runnelv1.ErrorCode_UNSTABLE_OFFSET_COMMIT) {
+					// Retriable and not final: the whole call is made again after a backoff.
+					return fmt.Errorf("%s-%d: %w", o.Topic, o.Partition, err)
+				}
 				errs = append(errs, &PartitionError{Topic: o.Topic, Partition: o.Partition, Err: err})
 				continue
 			}

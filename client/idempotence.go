@@ -27,6 +27,9 @@ func (p *Producer) ProducerID() (id int64, epoch int16) {
 // ensureIdent starts InitProducerId when batches wait for a producer identity and none is being
 // obtained. It returns when the caller should look again (after a failed attempt's backoff), or zero.
 func (p *Producer) ensureIdent(now time.Time) time.Time {
+	if p.txn != nil {
+		return time.Time{} // a transactional producer's identity comes from InitTransactions only
+	}
 	p.identMu.Lock()
 	defer p.identMu.Unlock()
 	if p.ident.Load() != nil || p.identBusy || p.ctx.Err() != nil {
@@ -122,6 +125,12 @@ func (p *Producer) identError() error {
 // partitions keep sending what they have already built under stale, whose sequences are intact. Called
 // with pp.mu held; it reports whether it reset (false: stale was already replaced).
 func (p *Producer) resetIdent(stale *producerIdentity, pp *ppart, err error) bool {
+	if p.txn != nil {
+		// The transaction cannot commit now (the batch's failure reaches it through finish); the epoch
+		// is bumped once it is aborted.
+		p.txn.sequenceBroken()
+		return false
+	}
 	if !p.ident.CompareAndSwap(stale, nil) {
 		return false
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
 	"github.com/runnel-io/runnel/client/telemetry"
 	"google.golang.org/grpc"
@@ -188,7 +189,10 @@ type producerConfig struct {
 	deliveryTimeout time.Duration
 	maxInFlight     int
 	idempotence     bool
-	idempotenceSet  bool // WithIdempotence was given: a conflict with acks is an error, not a silent switch-off
+	idempotenceSet  bool          // WithIdempotence was given: a conflict with acks is an error, not a silent switch-off
+	transactionalID string        // WithTransactionalID; "" when the producer is not transactional
+	txnTimeout      time.Duration // WithTransactionTimeout
+	txnTimeoutSet   bool
 }
 
 func defaultProducerConfig() producerConfig {
@@ -203,8 +207,14 @@ func defaultProducerConfig() producerConfig {
 		deliveryTimeout: 2 * time.Minute,
 		maxInFlight:     5,
 		idempotence:     true,
+		txnTimeout:      60 * time.Second,
 	}
 }
+
+// maxTxnTimeout is the largest transaction timeout the wire carries (int32 milliseconds); the broker's
+// transaction.max.timeout.ms (15 minutes by default) is usually lower and refuses more with
+// INVALID_TRANSACTION_TIMEOUT.
+const maxTxnTimeout = time.Duration(1<<31-1) * time.Millisecond
 
 // maxIdempotentInFlight is how many batches of one partition an idempotent producer has in flight at
 // most: the leader remembers the last 5 batches of each producer id and partition, so a retried batch
@@ -249,8 +259,24 @@ func (c *producerConfig) validate() error {
 	if c.maxInFlight < 1 {
 		errs = append(errs, fmt.Errorf("WithMaxInFlight(%d): must be at least 1", c.maxInFlight))
 	}
-	if c.idempotence && c.acks != AcksAll {
-		errs = append(errs, fmt.Errorf("WithIdempotence(true): needs WithAcks(AcksAll), not acks=%v (Kafka: enable.idempotence=true requires acks=all)", c.acks))
+	if c.transactionalID != "" {
+		// Checked before the idempotence rule, whose message would point at the wrong option.
+		if c.idempotenceSet && !c.idempotence {
+			errs = append(errs, fmt.Errorf("WithTransactionalID(%q): a transactional producer is idempotent; drop WithIdempotence(false) (Kafka: transactional.id requires enable.idempotence=true)", c.transactionalID))
+		}
+		if c.acks != AcksAll {
+			errs = append(errs, fmt.Errorf("WithTransactionalID(%q): needs WithAcks(AcksAll), not acks=%v (Kafka: transactional.id requires acks=all)", c.transactionalID, c.acks))
+		}
+		if c.txnTimeout < time.Millisecond || c.txnTimeout > maxTxnTimeout {
+			errs = append(errs, fmt.Errorf("WithTransactionTimeout(%v): must be within [1ms, %v]", c.txnTimeout, maxTxnTimeout))
+		}
+	} else {
+		if c.txnTimeoutSet {
+			errs = append(errs, fmt.Errorf("WithTransactionTimeout(%v): only a transactional producer has transactions; add WithTransactionalID", c.txnTimeout))
+		}
+		if c.idempotence && c.acks != AcksAll {
+			errs = append(errs, fmt.Errorf("WithIdempotence(true): needs WithAcks(AcksAll), not acks=%v (Kafka: enable.idempotence=true requires acks=all)", c.acks))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -259,6 +285,14 @@ func (c *producerConfig) validate() error {
 // than all turn idempotence off unless WithIdempotence(true) asked for it explicitly, which validate
 // then refuses.
 func (c *producerConfig) resolve() {
+	if c.transactionalID != "" {
+		// A transactional producer is idempotent (KIP-98); validate refuses WithIdempotence(false) and
+		// acks other than all rather than switching anything off.
+		if !c.idempotenceSet {
+			c.idempotence = true
+		}
+		return
+	}
 	if !c.idempotenceSet && c.acks != AcksAll {
 		c.idempotence = false
 	}
@@ -385,7 +419,75 @@ func WithIdempotence(enabled bool) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.idempotence, c.idempotenceSet = enabled, true })
 }
 
+// WithTransactionalID makes the producer transactional (KIP-98): it writes records to several
+// partitions, and the offsets of the records it consumed (SendOffsetsToTransaction), as one atomic unit
+// that read_committed consumers see entirely or not at all. id names the producer across restarts: a
+// new Producer with the same id fences the previous one (its later writes and commits fail with
+// ErrProducerFenced), so a crashed instance's "zombie" cannot write after its replacement started.
+// Default "" (not transactional). Kafka: transactional.id.
+//
+// It implies idempotence and acks=all: WithIdempotence(false) or WithAcks other than AcksAll make
+// NewProducer fail. The producer must call InitTransactions once before anything else, then
+// BeginTransaction, Produce..., and CommitTransaction or AbortTransaction; Produce outside a
+// transaction fails with ErrTxnState. See Producer for the whole protocol.
+func WithTransactionalID(id string) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.transactionalID = id })
+}
+
+// WithTransactionTimeout sets how long a transaction may stay open: the coordinator aborts one that is
+// not ended within it of its first partition being added (and fences the producer, whose later calls
+// fail with ErrProducerFenced wrapping ErrTransactionAborted). Within [1ms, 2^31-1 ms] on the client; the
+// broker refuses more than its transaction.max.timeout.ms (15 minutes by default) with
+// INVALID_TRANSACTION_TIMEOUT from InitTransactions. Only with WithTransactionalID. Default 60s. Kafka:
+// transaction.timeout.ms.
+func WithTransactionTimeout(d time.Duration) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.txnTimeout, c.txnTimeoutSet = d, true })
+}
+
 // Consumer options.
+
+// IsolationLevel says which records a consumer reads (Kafka's isolation.level).
+type IsolationLevel int8
+
+// Isolation levels.
+const (
+	// ReadUncommitted reads every record up to the high watermark, including those of transactions
+	// still open or aborted. The default, as in Kafka.
+	ReadUncommitted IsolationLevel = iota
+	// ReadCommitted reads up to the last stable offset (LSO: the first offset of the oldest transaction
+	// still open) and never returns records of aborted transactions (KIP-98).
+	ReadCommitted
+)
+
+// String returns Kafka's spelling: "read_uncommitted" or "read_committed".
+func (l IsolationLevel) String() string {
+	switch l {
+	case ReadUncommitted:
+		return "read_uncommitted"
+	case ReadCommitted:
+		return "read_committed"
+	}
+	return fmt.Sprintf("IsolationLevel(%d)", int8(l))
+}
+
+// ParseIsolationLevel parses "read_committed" or "read_uncommitted" (Kafka's spellings; "-" may stand
+// for "_").
+func ParseIsolationLevel(s string) (IsolationLevel, error) {
+	switch s {
+	case "read_uncommitted", "read-uncommitted":
+		return ReadUncommitted, nil
+	case "read_committed", "read-committed":
+		return ReadCommitted, nil
+	}
+	return 0, fmt.Errorf("isolation level %q: want read_committed or read_uncommitted", s)
+}
+
+func (l IsolationLevel) proto() runnelv1.IsolationLevel {
+	if l == ReadCommitted {
+		return runnelv1.IsolationLevel_READ_COMMITTED
+	}
+	return runnelv1.IsolationLevel_READ_UNCOMMITTED
+}
 
 type consumerConfig struct {
 	common            commonConfig
@@ -393,6 +495,7 @@ type consumerConfig struct {
 	fetchMinBytes     int32
 	fetchMaxWait      time.Duration
 	partitionMaxBytes int32
+	isolation         IsolationLevel
 }
 
 func defaultConsumerConfig() consumerConfig {
@@ -418,6 +521,9 @@ func (c *consumerConfig) validate() error {
 	}
 	if c.partitionMaxBytes < 1 || c.partitionMaxBytes > 64<<20 {
 		errs = append(errs, fmt.Errorf("WithPartitionMaxBytes(%d): must be within [1, 64 MiB]", c.partitionMaxBytes))
+	}
+	if c.isolation != ReadUncommitted && c.isolation != ReadCommitted {
+		errs = append(errs, fmt.Errorf("WithIsolationLevel(%d): must be ReadCommitted or ReadUncommitted", c.isolation))
 	}
 	return errors.Join(errs...)
 }
@@ -450,6 +556,17 @@ func WithFetchMaxWait(d time.Duration) ConsumerOption {
 // least one batch). Within [1, 64 MiB]; default 1 MiB. Kafka: max.partition.fetch.bytes.
 func WithPartitionMaxBytes(n int32) ConsumerOption {
 	return consumerOpt(func(c *consumerConfig) { c.partitionMaxBytes = n })
+}
+
+// WithIsolationLevel sets which records the consumer reads: ReadCommitted stops at the last stable
+// offset and drops the records of aborted transactions; ReadUncommitted (the default, as Kafka's)
+// reads everything up to the high watermark. Control batches (transaction markers) are never returned
+// in either mode, though positions move past them. OffsetLatest resolves to the last stable offset
+// under ReadCommitted. A GroupConsumer reading committed also asks for its committed offsets with
+// require_stable (KIP-447), so it does not start a partition while a transaction's offset commit to it
+// is still open. Kafka: isolation.level.
+func WithIsolationLevel(l IsolationLevel) ConsumerOption {
+	return consumerOpt(func(c *consumerConfig) { c.isolation = l })
 }
 
 // Admin options: only the shared ones so far.

@@ -40,12 +40,25 @@ import (
 // fails for good after it was numbered leaves a gap the leader would refuse every later batch for: it
 // and the partition's later batches under that id fail, and the producer takes a new id (resetIdent),
 // under which sequences start again at 0.
+//
+// Transactions (KIP-98, WithTransactionalID): the producer id and epoch come from the transaction
+// coordinator (InitTransactions; never taken or reset on its own), every batch carries the
+// transactional attribute and the request its transactional id, and a partition's batches are sent
+// only once the partition is in the current transaction: a sink that finds records of a partition not
+// yet added asks the transaction manager, which adds the partitions waiting together in one
+// AddPartitionsToTxn and wakes the sinks. Records are accepted only between BeginTransaction and
+// CommitTransaction/AbortTransaction; CommitTransaction flushes and waits for every record before
+// EndTxn; AbortTransaction drops the batches never sent (winding their partition's sequence back, as
+// they reached no leader) and waits for those in flight. A numbered batch that fails for good breaks
+// its sequence: the transaction must abort, and the abort bumps the epoch (InitProducerId again) so
+// sequences restart at 0. See txn.go.
 type Producer struct {
 	cfg    producerConfig
 	cl     *cluster
 	sticky StickyPartitioner // cfg.partitioner when it implements StickyPartitioner
 	acks   runnelv1.Acks
 	tr     *telemetry.Tracer // nil: tracing off (WithTelemetry(nil))
+	txn    *txnManager       // nil: not transactional (no WithTransactionalID)
 
 	buf      bufLimiter
 	flushing atomic.Int32 // > 0: send open batches without waiting for the linger
@@ -121,6 +134,10 @@ type ppart struct {
 	nextSeq  uint64    // sequence of the next batch created
 	nextDone uint64    // sequence of the next batch whose promises may run
 	held     []*pbatch // finished batches waiting for an earlier one, by sequence
+	// addedGen is the transaction (txnManager.gen) the partition was last added to: its batches are
+	// sent only while it equals the current one (a transactional producer's partitions join each
+	// transaction with AddPartitionsToTxn before their first batch).
+	addedGen atomic.Uint64
 
 	// Idempotence. Batch sequences (KIP-98 base sequences, not the seq above) count records per
 	// producer identity, from 0.
@@ -190,6 +207,9 @@ func NewProducer(brokers []string, opts ...ProducerOption) (*Producer, error) {
 	p := &Producer{cfg: cfg, cl: cl, sinks: map[int32]*sink{}, metaWake: make(chan struct{}, 1), drained: make(chan struct{})}
 	p.sticky, _ = cfg.partitioner.(StickyPartitioner)
 	p.tr = cfg.common.tracer()
+	if cfg.transactionalID != "" {
+		p.txn = newTxnManager(p) // the identity comes from InitTransactions
+	}
 	if !cfg.idempotence {
 		p.ident.Store(noIdentity)
 	}
@@ -252,6 +272,13 @@ func (p *Producer) Produce(ctx context.Context, r *Record, promise func(*Record,
 		return
 	}
 	defer p.exit()
+	if p.txn != nil {
+		if err := p.txn.enterProduce("Produce"); err != nil {
+			promise(r, err)
+			return
+		}
+		defer p.txn.exitProduce()
+	}
 	if r.Topic == "" {
 		promise(r, rerr.New(runnelv1.ErrorCode_INVALID_TOPIC_EXCEPTION, "record without a topic"))
 		return
@@ -334,6 +361,9 @@ func (p *Producer) Close() error {
 		p.wakeAll()
 		if p.active.Load() != 0 {
 			<-p.drained
+		}
+		if p.txn != nil {
+			p.txn.close() // aborts an open transaction
 		}
 		_ = p.waitIdle(context.Background())
 		p.cancel()
@@ -733,6 +763,7 @@ func (pp *ppart) buildLocked(p *Producer) {
 			}
 			b.ident, b.baseSeq = id, pp.nextSequence
 			b.bld.SetProducer(id.id, id.epoch, pp.nextSequence)
+			b.bld.SetTransactional(p.txn != nil)
 			pp.nextSequence = batch.NextSequence(pp.nextSequence, int32(b.bld.Len()))
 		}
 		b.wire = b.bld.Build(p.cfg.compression)
@@ -892,6 +923,12 @@ func cmpU64(a, b uint64) int {
 func (p *Producer) finish(b *pbatch) {
 	p.buf.release(b.bytes) // first, so Produce calls waiting for space go on while promises run
 	err := b.err
+	if err != nil && p.txn != nil {
+		p.txn.recordFailed(err) // the transaction can no longer commit
+		if isFenced(err) && !errors.Is(err, ErrProducerFenced) {
+			err = fmt.Errorf("%w: %w", ErrProducerFenced, err)
+		}
+	}
 	b.send.End(b.base, len(b.recs), err)
 	for i := range b.recs {
 		pr := &b.recs[i]

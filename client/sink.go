@@ -218,6 +218,14 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 			continue
 		}
 		pp.buildLocked(p) // batches sealed while the identity was pending
+		if tx := p.txn; tx != nil && (pp.cur != nil || len(pp.queue) > 0) {
+			// A partition joins the transaction (AddPartitionsToTxn) before its first batch is sent.
+			if gen := tx.gen.Load(); pp.addedGen.Load() != gen {
+				tx.requestAdd(pp, gen)
+				pp.mu.Unlock()
+				continue
+			}
+		}
 		if len(pp.queue) == 0 && pp.cur != nil {
 			lingerEnd := pp.cur.firstAt.Add(p.cfg.linger)
 			if urgent || !now.Before(lingerEnd) {
@@ -290,6 +298,9 @@ func (s *sink) send(req *request) {
 		Acks:          p.acks,
 		TimeoutMs:     int32(min(p.cfg.common.requestTimeout/time.Millisecond, 1<<31-1)),
 		Partitions:    make([]*runnelv1.ProducePartition, len(req.batches)),
+		// The leader verifies with the coordinator that each partition is in the producer's
+		// transaction before it accepts the first transactional batch (KIP-890).
+		TransactionalId: p.cfg.transactionalID,
 	}
 	for i, b := range req.batches {
 		// A stream has one context for its lifetime, so each partition carries its batch's trace

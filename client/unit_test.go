@@ -288,21 +288,21 @@ func TestDecodeFetched(t *testing.T) {
 	all := append(append([]byte(nil), b1...), b2...)
 
 	// Records below the fetch offset share its batch and are skipped.
-	recs, next, err := decodeFetched(all, "t", 2, 11)
+	recs, next, err := decodeFetched(all, "t", 2, 11, nil)
 	if err != nil || next != 15 || len(recs) != 4 || recs[0].Offset != 11 || string(recs[0].Value) != "b" ||
 		recs[3].Offset != 14 || recs[3].Partition != 2 || recs[3].Topic != "t" || string(recs[3].Headers[0].Value) != "e" ||
 		!recs[0].Timestamp.Equal(time.UnixMilli(1001)) {
 		t.Fatalf("decode: %v next %d err %v", recs, next, err)
 	}
 	// A trailing batch cut short is left for the next fetch.
-	recs, next, err = decodeFetched(all[:len(all)-5], "t", 2, 10)
+	recs, next, err = decodeFetched(all[:len(all)-5], "t", 2, 10, nil)
 	if err != nil || next != 13 || len(recs) != 3 {
 		t.Fatalf("truncated tail: %d records next %d err %v", len(recs), next, err)
 	}
 	// Damage in the middle: the records before it come back with the error.
 	bad := append([]byte(nil), all...)
 	bad[len(b1)+len(b2)-1] ^= 0xff
-	recs, next, err = decodeFetched(bad, "t", 2, 10)
+	recs, next, err = decodeFetched(bad, "t", 2, 10, nil)
 	if !errors.Is(err, rerr.ErrCorruptMessage) || next != 13 || len(recs) != 3 {
 		t.Fatalf("damaged batch: %d records next %d err %v", len(recs), next, err)
 	}
@@ -310,7 +310,7 @@ func TestDecodeFetched(t *testing.T) {
 	ctl := buildBatch(t, 15, batch.CompressionNone, "marker")
 	ctl[22] |= batch.AttrControl
 	putCRC(ctl)
-	recs, next, err = decodeFetched(ctl, "t", 2, 15)
+	recs, next, err = decodeFetched(ctl, "t", 2, 15, nil)
 	if err != nil || next != 16 || len(recs) != 0 {
 		t.Fatalf("control batch: %v next %d err %v", recs, next, err)
 	}

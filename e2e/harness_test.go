@@ -22,9 +22,11 @@ import (
 	"github.com/runnel-io/runnel/client"
 )
 
-// bin is the runnel binary TestMain builds for the multi-process tests, with buildFlags.
+// bin is the runnel binary TestMain builds for the multi-process tests, with buildFlags; copierBin is
+// e2e/copier, the transactional consume-transform-produce process.
 var (
 	bin        string
+	copierBin  string
 	buildFlags []string
 )
 
@@ -34,12 +36,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bin = filepath.Join(dir, "runnel")
-	build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", bin, "../cmd/runnel")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build runnel:", err)
-		os.Exit(1)
+	bin, copierBin = filepath.Join(dir, "runnel"), filepath.Join(dir, "copier")
+	for out, pkg := range map[string]string{bin: "../cmd/runnel", copierBin: "./copier"} {
+		build := exec.Command("go", append(append([]string{"build"}, buildFlags...), "-o", out, pkg)...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build", pkg+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,6 +80,15 @@ type benchResult struct {
 	LatP999Ms  float64 `json:"p999_ms"`
 	LatMaxMs   float64 `json:"max_ms"`
 	FirstError string  `json:"first_error,omitempty"`
+	// Transactional runs (`bench produce --transactional`): the commit interval asked for, commits and
+	// aborts made, commits per second, and the latency of CommitTransaction (flush and EndTxn).
+	Transactional bool    `json:"transactional,omitempty"`
+	TxnIntervalMs float64 `json:"txn_interval_ms,omitempty"`
+	Commits       int64   `json:"commits,omitempty"`
+	Aborts        int64   `json:"aborts,omitempty"`
+	CommitsPerSec float64 `json:"commits_per_sec,omitempty"`
+	CommitP50Ms   float64 `json:"commit_p50_ms,omitempty"`
+	CommitP99Ms   float64 `json:"commit_p99_ms,omitempty"`
 }
 
 func (r *benchResult) fill(n, bytes int64, elapsed time.Duration, h *histogram) {
@@ -106,6 +116,10 @@ func (r *benchResult) print(w io.Writer, output string) error {
 			pace = "paced to " + comma(int64(r.Rate)) + " records/s"
 		}
 		fmt.Fprintf(tw, "settings\t%d-byte values, keys %s, acks=%s, compression=%s, %d producer(s), %s\n", r.Size, keys, r.Acks, r.Compression, r.Producers, pace)
+		if r.Transactional {
+			fmt.Fprintf(tw, "transactions\tone commit per %.0f ms per producer: %s commits (%.1f/s), %s aborts, commit p50 %.3f ms, p99 %.3f ms\n",
+				r.TxnIntervalMs, comma(r.Commits), r.CommitsPerSec, comma(r.Aborts), r.CommitP50Ms, r.CommitP99Ms)
+		}
 	}
 	if r.Members > 0 {
 		fmt.Fprintf(tw, "group\t%s, %d members (each its own client), first record after %.0f ms\n", r.Group, r.Members, r.FirstRecordMs)
@@ -151,6 +165,8 @@ func newBenchProduceCmd(a *app, bf *benchFlags) *cobra.Command {
 		producers  int
 		keys       int
 		rateLimit  float64
+		txnal      bool
+		txnEvery   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "produce",
@@ -165,9 +181,15 @@ a given load (as Kafka's producer-perf-test --throughput).
 
 Values are random lowercase letters (slices of a 4 MiB random buffer, so they differ and compress
 about as well as text). With --keys N, records carry one of N distinct keys in turn; without, they
-have no key and the sticky partitioner fills one partition's batch at a time.`,
+have no key and the sticky partitioner fills one partition's batch at a time.
+
+With --transactional each producer is transactional (its own transactional id) and commits a
+transaction every --txn-interval (default 100ms): producing stops while CommitTransaction flushes and
+ends the transaction, as in an application. The result adds commits/s and the commit latency; compare
+records/s with a run without --transactional (idempotent, the default) to see what transactions cost.`,
 		Example: `  runnel bench produce --acks 1 --count 5000000
-  runnel bench produce --acks all --duration 30s --producers 2 -o json`,
+  runnel bench produce --acks all --duration 30s --producers 2 -o json
+  runnel bench produce --transactional --txn-interval 100ms --duration 30s`,
 		Args: args(0, 0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out, err := parseOutput(bf.output, formatTable, formatJSON)
@@ -177,9 +199,19 @@ have no key and the sticky partitioner fills one partition's batch at a time.`,
 			if size < 0 || producers < 1 || keys < 0 || bf.count < 0 || rateLimit < 0 {
 				return &usageError{errors.New("--size, --keys, --count and --rate cannot be negative, --producers must be at least 1")}
 			}
+			if cmd.Flags().Changed("txn-interval") && !txnal {
+				return &usageError{errors.New("--txn-interval needs --transactional")}
+			}
+			if txnal && (txnEvery <= 0 || pf.acks != "all") {
+				return &usageError{errors.New("--transactional needs --acks all and a positive --txn-interval")}
+			}
 			opts, err := pf.options(cmd)
 			if err != nil {
 				return err
+			}
+			interval := time.Duration(0)
+			if txnal {
+				interval = txnEvery
 			}
 			brokers, err := a.brokerList()
 			if err != nil {
@@ -205,13 +237,19 @@ have no key and the sticky partitioner fills one partition's batch at a time.`,
 			}
 			res := benchResult{Mode: "produce", Topic: bf.topic, Partitions: len(parts), Size: size,
 				Acks: pf.acks, Compression: pf.compression, Producers: producers, Keys: keys, Rate: rateLimit, Latency: "produce-to-ack"}
-			st, h, elapsed, err := benchProduce(ctx, brokers, opts, bf, duration, size, producers, keys, rateLimit, cmd.ErrOrStderr())
+			st, h, elapsed, err := benchProduce(ctx, brokers, opts, bf, duration, size, producers, keys, rateLimit, interval, cmd.ErrOrStderr())
 			stopProf()
 			if err != nil {
 				return err
 			}
 			res.fill(st.acked.Load(), st.ackedBytes.Load(), elapsed, h)
 			res.Errors = st.failed.Load()
+			if txnal {
+				res.Transactional, res.TxnIntervalMs = true, float64(interval)/1e6
+				res.Commits, res.Aborts = st.commits.Load(), st.aborts.Load()
+				res.CommitsPerSec = rate(res.Commits, elapsed)
+				res.CommitP50Ms, res.CommitP99Ms = float64(st.commitLat.Quantile(0.5))/1e6, float64(st.commitLat.Quantile(0.99))/1e6
+			}
 			if first := st.first(); first != nil {
 				res.FirstError = first.Error()
 			}
@@ -228,6 +266,8 @@ have no key and the sticky partitioner fills one partition's batch at a time.`,
 	fs.IntVar(&keys, "keys", 0, "give records keys, cycling through this many distinct ones (0: no keys; --keys alone: 10000)")
 	fs.Lookup("keys").NoOptDefVal = "10000"
 	fs.Float64Var(&rateLimit, "rate", 0, "target records/s over all producers (0: as fast as possible); latency is only meaningful below saturation")
+	fs.BoolVar(&txnal, "transactional", false, "produce in transactions (each producer its own transactional id), committing every --txn-interval")
+	fs.DurationVar(&txnEvery, "txn-interval", 100*time.Millisecond, "with --transactional: how often each producer commits its transaction")
 	pf.register(cmd)
 	return cmd
 }
@@ -236,9 +276,10 @@ have no key and the sticky partitioner fills one partition's batch at a time.`,
 const letters = "abcdefghijklmnopqrstuvwxyz"
 
 // benchProduce runs the producers and returns the counts, the latency histogram and the time from the
-// first record to the last acknowledgement.
+// first record to the last acknowledgement. With txnEvery > 0 each producer is transactional and
+// commits every txnEvery (and once more at the end).
 func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerOption, bf *benchFlags,
-	duration time.Duration, size, producers, nkeys int, rateLimit float64, stderr io.Writer) (*produceStats, *histogram, time.Duration, error) {
+	duration time.Duration, size, producers, nkeys int, rateLimit float64, txnEvery time.Duration, stderr io.Writer) (*produceStats, *histogram, time.Duration, error) {
 	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	payload := make([]byte, 4<<20+size)
 	for i := range payload {
@@ -249,8 +290,21 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 		keys[i] = fmt.Appendf(nil, "key-%07d", i)
 	}
 	ps := make([]*client.Producer, producers)
+	run := time.Now().UnixNano()
 	for i := range ps {
-		p, err := client.NewProducer(brokers, opts...)
+		popts := opts
+		if txnEvery > 0 {
+			popts = append(slices.Clip(opts), client.WithTransactionalID(fmt.Sprintf("runnel-bench-%d-%d", run, i)))
+		}
+		p, err := client.NewProducer(brokers, popts...)
+		if err == nil && txnEvery > 0 {
+			if err = p.InitTransactions(ctx); err == nil {
+				err = p.BeginTransaction()
+			}
+			if err != nil {
+				p.Close()
+			}
+		}
 		if err != nil {
 			for _, q := range ps[:i] {
 				q.Close()
@@ -259,7 +313,7 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 		}
 		ps[i] = p
 	}
-	st := &produceStats{}
+	st := &produceStats{commitLat: &histogram{}}
 	h := &histogram{}
 	pool := sync.Pool{New: func() any { return new(client.Record) }}
 	promise := func(r *client.Record, err error) {
@@ -288,6 +342,7 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), rand.Uint64()))
+			nextCommit := time.Now().Add(txnEvery)
 			for i := 0; ctx.Err() == nil; i++ {
 				if bf.count > 0 && remaining.Add(-1) < 0 {
 					break
@@ -296,6 +351,12 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 					now := time.Now()
 					if duration > 0 && now.After(deadline) {
 						break
+					}
+					if txnEvery > 0 && !now.Before(nextCommit) {
+						if errs[w] = st.endTxn(ctx, p, true); errs[w] != nil {
+							return
+						}
+						nextCommit = time.Now().Add(txnEvery)
 					}
 					if rateLimit > 0 { // pace this producer to its share of the rate
 						due := start.Add(time.Duration(float64(i) * float64(producers) / rateLimit * float64(time.Second)))
@@ -314,6 +375,10 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 				st.read.Add(1)
 				r.Timestamp = time.Now()
 				p.Produce(ctx, r, promise)
+			}
+			if txnEvery > 0 {
+				errs[w] = st.endTxn(context.Background(), p, false)
+				return
 			}
 			errs[w] = p.Flush(context.Background())
 		}()
@@ -580,4 +645,30 @@ func benchConsumeGroup(cmd *cobra.Command, a *app, bf *benchFlags, group string,
 		FirstRecordMs: float64(firstAt.Load()) / 1e6}
 	res.fill(n.Load(), bytes.Load(), elapsed, h)
 	return res.print(cmd.OutOrStdout(), out)
+}
+
+// endTxn commits the producer's transaction (timing it) and, when again, begins the next one. A
+// commit that fails is recorded as the run's error, and the transaction aborted so the run goes on (its
+// records were counted when acknowledged, though an abort hides them from read_committed readers); a
+// fenced producer ends its part of the run.
+func (st *produceStats) endTxn(ctx context.Context, p *client.Producer, again bool) error {
+	t0 := time.Now()
+	err := p.CommitTransaction(ctx)
+	if err == nil {
+		st.commitLat.Record(time.Since(t0))
+		st.commits.Add(1)
+	} else {
+		if errors.Is(err, client.ErrProducerFenced) || ctx.Err() != nil {
+			return fmt.Errorf("commit transaction: %w", err)
+		}
+		st.fail(fmt.Errorf("commit transaction: %w", err))
+		if aerr := p.AbortTransaction(ctx); aerr != nil {
+			return fmt.Errorf("abort after a failed commit (%v): %w", err, aerr)
+		}
+		st.aborts.Add(1)
+	}
+	if again {
+		return p.BeginTransaction()
+	}
+	return nil
 }

@@ -21,6 +21,7 @@ func newConsumeCmd(a *app) *cobra.Command {
 		output     string
 		group      string
 		instanceID string
+		isolation  string
 	)
 	cmd := &cobra.Command{
 		Use:   "consume TOPIC",
@@ -47,7 +48,13 @@ another member, and on exit), so the next member of the group continues after th
 where partitions without a committed offset start (earliest, latest or a time; default earliest), and
 --end exits once the partitions this member owns are read up to the high watermark they had at start.
 --instance-id makes the member static: restarted within its session timeout with the same id, it gets
-its partitions back without a rebalance. See 'runnel group describe GROUP' for the group's progress.`,
+its partitions back without a rebalance. See 'runnel group describe GROUP' for the group's progress.
+
+--isolation read_committed reads only what transactions committed: each partition is read up to its
+last stable offset (the start of the oldest transaction still open), and records of aborted
+transactions are skipped. The default, read_uncommitted, prints every record up to the high watermark,
+including those of open and aborted transactions (as Kafka's consumers). Transaction markers are never
+printed. With --end, a partition whose transaction is still open is waited for.`,
 		Example: `  runnel consume flights --max-messages 10 -o json
   runnel consume flights -p 0 -p 3 --from 2026-11-29T09:00:00Z -o table
   runnel consume flights --end > flights.ndjson
@@ -66,6 +73,10 @@ its partitions back without a rebalance. See 'runnel group describe GROUP' for t
 			if max < 0 {
 				return &usageError{errors.New("--max-messages cannot be negative")}
 			}
+			iso, err := client.ParseIsolationLevel(isolation)
+			if err != nil {
+				return &usageError{fmt.Errorf("--isolation: %w", err)}
+			}
 			brokers, err := a.brokerList()
 			if err != nil {
 				return err
@@ -77,7 +88,7 @@ its partitions back without a rebalance. See 'runnel group describe GROUP' for t
 				if fs.kind == fromOffset {
 					return &usageError{errors.New("--from OFFSET cannot be used with --group: set the group's offsets with 'runnel group reset-offsets'")}
 				}
-				return consumeGroup(cmd, a, brokers, topic, group, instanceID, fs, max, toEnd, format)
+				return consumeGroup(cmd, a, brokers, topic, group, instanceID, fs, max, toEnd, format, iso)
 			}
 			if instanceID != "" {
 				return &usageError{errors.New("--instance-id needs --group")}
@@ -110,7 +121,7 @@ its partitions back without a rebalance. See 'runnel group describe GROUP' for t
 					return err
 				}
 			}
-			c, err := client.NewConsumer(brokers)
+			c, err := client.NewConsumer(brokers, client.WithIsolationLevel(iso))
 			if err != nil {
 				return fmt.Errorf("consumer: %w", err)
 			}
@@ -165,6 +176,7 @@ its partitions back without a rebalance. See 'runnel group describe GROUP' for t
 	fs.BoolVarP(&toEnd, "end", "e", false, "exit once every partition is read up to the high watermark it had at start")
 	fs.StringVarP(&group, "group", "g", "", "join this consumer group: share the partitions with its other members, resume at its committed offsets and commit as records are printed")
 	fs.StringVar(&instanceID, "instance-id", "", "with --group: a static member id (group.instance.id), so a restart keeps its partitions")
+	fs.StringVar(&isolation, "isolation", "read_uncommitted", "read_committed (only records of committed transactions, up to the last stable offset) or read_uncommitted (everything)")
 	addOutputFlag(cmd, &output, formatRaw, formatJSON, formatTable)
 	addBrokersFlag(fs, a)
 	return cmd
@@ -223,7 +235,7 @@ const groupEndPoll = 200 * time.Millisecond
 // once it is printed; auto-commit and the commit on exit store the offsets after the printed records,
 // and records fetched but not printed (past --max-messages) are given back with Seek, so the next
 // member of the group starts at the first record not printed.
-func consumeGroup(cmd *cobra.Command, a *app, brokers []string, topic, group, instanceID string, fs fromSpec, max int64, toEnd bool, format string) error {
+func consumeGroup(cmd *cobra.Command, a *app, brokers []string, topic, group, instanceID string, fs fromSpec, max int64, toEnd bool, format string, iso client.IsolationLevel) error {
 	ctx := cmd.Context()
 	adm, err := a.newAdmin(brokers)
 	if err != nil {
@@ -240,7 +252,7 @@ func consumeGroup(cmd *cobra.Command, a *app, brokers []string, topic, group, in
 			return err
 		}
 	}
-	opts := []client.GroupOption{client.WithAutoOffsetReset(fs.clientOffset()), client.WithClientID("runnel-cli")}
+	opts := []client.GroupOption{client.WithAutoOffsetReset(fs.clientOffset()), client.WithClientID("runnel-cli"), client.WithIsolationLevel(iso)}
 	if instanceID != "" {
 		opts = append(opts, client.WithInstanceID(instanceID))
 	}

@@ -165,6 +165,10 @@ type lineProducer struct {
 
 // produceStats counts a produce run; the promise updates it from the SDK's goroutines.
 type produceStats struct {
+	// Transactional bench runs: commits and aborts made, and CommitTransaction latencies.
+	commits, aborts atomic.Int64
+	commitLat       *histogram
+
 	read       atomic.Int64 // records attempted (lines read)
 	acked      atomic.Int64
 	ackedBytes atomic.Int64 // bytes of keys and values acknowledged

@@ -92,7 +92,7 @@ Client verbs find the node with --brokers or RUNNEL_BROKERS (default ` + default
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.CompletionOptions.HiddenDefaultCmd = true
-	root.AddCommand(newDevCmd(), newServerCmd(), newClusterCmd(a), newTopicCmd(a), newGroupCmd(a), newProduceCmd(a), newConsumeCmd(a), newBenchCmd(a), newDemoCmd(a))
+	root.AddCommand(newDevCmd(), newServerCmd(), newClusterCmd(a), newTopicCmd(a), newGroupCmd(a), newTxnCmd(a), newProduceCmd(a), newConsumeCmd(a), newBenchCmd(a), newDemoCmd(a))
 	return root
 }
 
