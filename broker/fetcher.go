@@ -138,6 +138,7 @@ func (f *fetcher) round(ctx context.Context, parts []*replica) error {
 	req := &runnelv1.ReplicaFetchRequest{ReplicaId: f.rm.b.cfg.NodeID, MaxWaitMs: int32(replicaFetchWait / time.Millisecond),
 		MaxBytes: replicaFetchMaxBytes}
 	var fetched []*replica
+	var epochs []int32 // the leader epoch each partition is fetched under: its answer is applied only then
 	for _, r := range parts {
 		r.mu.Lock()
 		ok := !r.leader && r.leaderID == f.leader && r.truncated
@@ -146,7 +147,7 @@ func (f *fetcher) round(ctx context.Context, parts []*replica) error {
 		if !ok {
 			continue
 		}
-		fetched = append(fetched, r)
+		fetched, epochs = append(fetched, r), append(epochs, epoch)
 		req.Partitions = append(req.Partitions, &runnelv1.ReplicaFetchPartition{Topic: r.topic, Partition: r.partition,
 			CurrentLeaderEpoch: epoch, FetchOffset: r.log.LogEndOffset(), PartitionMaxBytes: replicaPartitionMax})
 	}
@@ -173,7 +174,7 @@ func (f *fetcher) round(ctx context.Context, parts []*replica) error {
 	}
 	var errs []error
 	for i, pr := range resp.Partitions {
-		if err := f.apply(ctx, fetched[i], pr); err != nil {
+		if err := f.apply(ctx, fetched[i], epochs[i], pr); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -190,6 +191,7 @@ var testHookFetched func(node, leader int32, resp *runnelv1.ReplicaFetchResponse
 func (f *fetcher) truncate(ctx context.Context, cl runnelv1.ReplicationClient, parts []*replica) error {
 	req := &runnelv1.OffsetForLeaderEpochRequest{ReplicaId: f.rm.b.cfg.NodeID}
 	var asked []*replica
+	var epochs, latest []int32 // per asked partition: the leader epoch followed, the log's latest epoch asked about
 	for _, r := range parts {
 		r.mu.Lock()
 		need := !r.leader && r.leaderID == f.leader && !r.truncated
@@ -198,9 +200,10 @@ func (f *fetcher) truncate(ctx context.Context, cl runnelv1.ReplicationClient, p
 		if !need {
 			continue
 		}
-		asked = append(asked, r)
+		own := r.log.LatestEpoch()
+		asked, epochs, latest = append(asked, r), append(epochs, epoch), append(latest, own)
 		req.Partitions = append(req.Partitions, &runnelv1.OffsetForLeaderEpochPartition{Topic: r.topic, Partition: r.partition,
-			CurrentLeaderEpoch: epoch, LeaderEpoch: r.log.LatestEpoch()})
+			CurrentLeaderEpoch: epoch, LeaderEpoch: own})
 	}
 	if len(asked) == 0 {
 		return nil
@@ -215,44 +218,90 @@ func (f *fetcher) truncate(ctx context.Context, cl runnelv1.ReplicationClient, p
 		if i >= len(asked) {
 			break
 		}
-		r := asked[i]
 		if err := rerr.FromInfo(res.Error); err != nil {
 			continue // the leader is not there yet at this epoch, or moved on: the metadata will tell
 		}
-		leo := r.log.LogEndOffset()
-		cut := leo
-		if res.EndOffset >= 0 && res.EndOffset < leo {
-			cut = res.EndOffset
+		if err := f.truncateTo(asked[i], epochs[i], latest[i], res); err != nil {
+			return err
 		}
-		// KIP-279: when the leader's largest epoch at or below ours is older than ours, our log under
-		// that older epoch may also run past the leader's: cut at our own end of it as well.
-		if res.LeaderEpoch >= 0 && res.LeaderEpoch < r.log.LatestEpoch() {
-			if own, e := r.log.EndOffsetForEpoch(res.LeaderEpoch); e == res.LeaderEpoch && own >= 0 {
-				cut = min(cut, own)
-			}
-		}
-		if res.EndOffset < 0 && r.log.LatestEpoch() >= 0 {
-			// The leader has no epoch at or below ours: none of our log is known to be committed
-			// under its history; keep what the HW says was committed.
-			cut = min(leo, r.log.HighWatermark())
-		}
-		if cut < leo {
-			newEnd, err := r.log.Truncate(cut)
-			if err != nil {
-				return err
-			}
-			f.rm.b.log.Info("follower log truncated to the leader's", "topic", r.topic, "partition", r.partition,
-				"leader", f.leader, "from", leo, "to", newEnd)
-		}
-		r.mu.Lock()
-		r.truncated = true
-		r.mu.Unlock()
 	}
 	return nil
 }
 
-// apply appends one partition's fetched batches and takes the leader's HW (capped at the local end).
-func (f *fetcher) apply(ctx context.Context, r *replica, pr *runnelv1.ReplicaFetchPartitionResult) error {
+// truncateTo cuts r's log where the leader's answer res to "where does my latest epoch (asked) end"
+// says, and marks r truncated for epoch. Under r.fetchMu, and only while r still follows this leader
+// at epoch and its latest epoch is still asked: another fetcher (of the previous leader) may have
+// appended meanwhile, and then the question is asked again in the next round.
+func (f *fetcher) truncateTo(r *replica, epoch, asked int32, res *runnelv1.OffsetForLeaderEpochResult) error {
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	r.mu.Lock()
+	current := r.followsLocked(f.leader, epoch) && !r.truncated
+	r.mu.Unlock()
+	if !current || r.log.LatestEpoch() != asked {
+		return nil
+	}
+	leo := r.log.LogEndOffset()
+	cut := leo
+	if res.EndOffset >= 0 && res.EndOffset < leo {
+		cut = res.EndOffset
+	}
+	// KIP-279: when the leader's largest epoch at or below ours is older than ours, our log under
+	// that older epoch may also run past the leader's: cut at our own end of it as well.
+	if res.LeaderEpoch >= 0 && res.LeaderEpoch < asked {
+		if own, e := r.log.EndOffsetForEpoch(res.LeaderEpoch); e == res.LeaderEpoch && own >= 0 {
+			cut = min(cut, own)
+		}
+	}
+	if res.EndOffset < 0 && asked >= 0 {
+		// The leader has no epoch at or below ours: none of our log is known to be committed
+		// under its history; keep what the HW says was committed.
+		cut = min(leo, r.log.HighWatermark())
+	}
+	if cut < leo {
+		newEnd, err := r.log.Truncate(cut)
+		if err != nil {
+			return err
+		}
+		f.rm.b.log.Info("follower log truncated to the leader's", "topic", r.topic, "partition", r.partition,
+			"leader", f.leader, "leader_epoch", epoch, "from", leo, "to", newEnd)
+	}
+	r.mu.Lock()
+	if r.followsLocked(f.leader, epoch) {
+		r.truncated = true
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+// untruncate makes r ask the leader again before its next fetch (its log and the leader's disagree),
+// if r still follows this leader at epoch.
+func (f *fetcher) untruncate(r *replica, epoch int32) {
+	r.mu.Lock()
+	if r.followsLocked(f.leader, epoch) {
+		r.truncated = false
+	}
+	r.mu.Unlock()
+}
+
+// apply appends one partition's answer to a fetch sent while r followed this leader at epoch, and takes
+// the leader's HW (capped at the local end). An answer that arrives after r's role changed (another
+// leader or epoch, or the leadership) is dropped: the batches of a leader that lost its leadership may
+// be missing from the new leader's log, which may get other batches at their offsets (the idempotent
+// producer's retry of the same records under the new epoch), and the truncation for the new epoch
+// (KIP-101) may already have run, so nothing would take them out again. The check and the append hold
+// r.fetchMu, so a truncation for a new epoch comes wholly before or after them.
+func (f *fetcher) apply(ctx context.Context, r *replica, epoch int32, pr *runnelv1.ReplicaFetchPartitionResult) error {
+	r.fetchMu.Lock()
+	defer r.fetchMu.Unlock()
+	r.mu.Lock()
+	current := r.followsLocked(f.leader, epoch) && r.truncated
+	r.mu.Unlock()
+	if !current {
+		f.rm.b.log.Debug("replica fetch answer dropped: the replica's role changed while it was in flight", "topic", r.topic,
+			"partition", r.partition, "leader", f.leader, "leader_epoch", epoch, "bytes", len(pr.Records))
+		return nil
+	}
 	if err := rerr.FromInfo(pr.Error); err != nil {
 		var e *rerr.Error
 		if errors.As(err, &e) && e.Code == runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE {
@@ -264,25 +313,38 @@ func (f *fetcher) apply(ctx context.Context, r *replica, pr *runnelv1.ReplicaFet
 				return nil
 			}
 			// Ahead of the leader: truncate again before the next fetch.
-			r.mu.Lock()
-			r.truncated = false
-			r.mu.Unlock()
+			f.untruncate(r, epoch)
 		}
 		return err
 	}
 	recs := pr.Records
 	if len(recs) > 0 {
 		leo := r.log.LogEndOffset()
-		// The answer starts at the batch that holds the fetch offset; skip what is already here.
+		// The answer starts at the batch that holds the fetch offset; skip what is already here. Batch
+		// boundaries are the same on every replica (appends keep them, truncation and the cleaner never
+		// split a batch), so a leader batch across our log end means our last batch is not the
+		// leader's: taking the rest would leave a gap (AllowGaps) behind a batch the leader does not
+		// have. Ask the leader again where our epoch ends instead.
 		var keep []byte
+		var across *batch.Header
 		err := batch.Split(recs, func(b []byte, h batch.Header) error {
-			if h.BaseOffset >= leo {
+			switch {
+			case h.BaseOffset >= leo:
 				keep = append(keep, b...)
+			case h.NextOffset() > leo && across == nil:
+				across = &h
 			}
 			return nil
 		})
 		if err != nil {
 			return rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "replica fetch of %s-%d: %v", r.topic, r.partition, err)
+		}
+		if across != nil {
+			f.untruncate(r, epoch)
+			f.rm.b.log.Warn("follower log diverges from the leader's: truncating again", "topic", r.topic, "partition", r.partition,
+				"leader", f.leader, "leader_epoch", epoch, "log_end", leo, "leader_batch_base", across.BaseOffset, "leader_batch_end", across.NextOffset())
+			return rerr.New(runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, "replica fetch of %s-%d: the leader's batch [%d, %d) runs across this replica's log end %d",
+				r.topic, r.partition, across.BaseOffset, across.NextOffset(), leo)
 		}
 		if len(keep) > 0 {
 			// AllowGaps: a compacted leader's log has gaps between batches (the cleaner never moves
@@ -292,9 +354,7 @@ func (f *fetcher) apply(ctx context.Context, r *replica, pr *runnelv1.ReplicaFet
 			// Measured on a 3-node cluster on one 2-core machine: p50 latency at half load 160 ms -> 64 ms.
 			if _, err := r.log.AppendReplica(ctx, keep, plog.AppendOptions{Sync: false, LogAppendTime: -1, AllowGaps: true}); err != nil {
 				if errors.Is(err, plog.ErrOffsetMismatch) {
-					r.mu.Lock()
-					r.truncated = false
-					r.mu.Unlock()
+					f.untruncate(r, epoch)
 				}
 				return err
 			}

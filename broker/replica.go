@@ -26,6 +26,14 @@ type replica struct {
 	partition int32
 	log       *plog.Partition
 
+	// fetchMu serialises what the follower role does to the log: a fetcher's truncation (KIP-101) and
+	// its appending of an answer, each together with the check that the replica still follows the
+	// leader at the epoch the request was sent under (followsLocked). Two fetchers may hold answers for
+	// one replica (the old leader's, still in flight, and the new one's), and an answer of the old
+	// leader applied after the truncation for the new epoch would keep batches the new leader does not
+	// have. Taken before mu, never while holding it.
+	fetchMu sync.Mutex
+
 	mu             sync.Mutex
 	leader         bool  // this broker leads at epoch
 	leaderID       int32 // the leader (this broker or another), meta.NoLeader when none
@@ -38,6 +46,12 @@ type replica struct {
 	isrChange      bool                // leader role: an ISR change is being proposed
 	truncated      bool                // follower role: the log was truncated for this epoch (KIP-101)
 	stopWatch      chan struct{}       // leader role: closed to stop watchDurable
+}
+
+// followsLocked reports whether r follows leader at epoch: what a fetcher checks, under fetchMu, before
+// it changes the log for a request it sent at epoch (r.mu held).
+func (r *replica) followsLocked(leader, epoch int32) bool {
+	return !r.leader && r.leaderID == leader && r.epoch == epoch
 }
 
 // follower is what the leader knows of one follower.

@@ -200,7 +200,8 @@ func waitUntil(t *testing.T, what string, cond func() error) {
 // leader) stops the next answer that matches it until the test releases it.
 type fetchGates struct {
 	mu    sync.Mutex
-	gates map[[2]int32]*fetchGate
+	gates map[[2]int32]*fetchGate // waiting for an answer
+	all   []*fetchGate            // every gate made, for openAll
 }
 
 type fetchGate struct {
@@ -215,6 +216,7 @@ func (g *fetchGates) hold(node, leader int32, withRecords bool) *fetchGate {
 	gt := &fetchGate{withRecords: withRecords, entered: make(chan struct{}), release: make(chan struct{}), applied: make(chan struct{})}
 	g.mu.Lock()
 	g.gates[[2]int32{node, leader}] = gt
+	g.all = append(g.all, gt)
 	g.mu.Unlock()
 	return gt
 }
@@ -224,9 +226,9 @@ func (gt *fetchGate) open() { gt.once.Do(func() { close(gt.release) }) }
 func (g *fetchGates) openAll() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for k, gt := range g.gates {
+	clear(g.gates)
+	for _, gt := range g.all {
 		gt.open()
-		delete(g.gates, k)
 	}
 }
 

@@ -33,7 +33,8 @@ type ackLog struct {
 // min.insync.replicas=2; producers with acks=all write while the leader of partition 0 is killed with
 // kill -9 (and restarted) every few seconds, then paused with SIGSTOP. Afterwards every acknowledged
 // record is in the log exactly once, at the offset it was acknowledged with (the producer is
-// idempotent), and every replica holds the same records at the same offsets up to the high watermark.
+// idempotent), and every replica's log is byte-identical up to the high watermark: the same batches with
+// the same header fields, leader epoch included.
 func TestReplicationSurvivesLeaderKills(t *testing.T) {
 	c := startCluster(t, 3, 3)
 	adm := c.admin()
