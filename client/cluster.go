@@ -220,6 +220,18 @@ func (c *cluster) leader(topic string, partition int32) int32 {
 	return -1
 }
 
+// leaderEpoch returns the cached leader epoch of a partition, or -1: consumers send it with their
+// fetches (KIP-320), so a broker that lost the leadership without knowing yet answers
+// FENCED_LEADER_EPOCH instead of serving from its stale log.
+func (c *cluster) leaderEpoch(topic string, partition int32) int32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.topics[topic]; t != nil && partition >= 0 && int(partition) < len(t.partitions) && t.partitions[partition].leader >= 0 {
+		return t.partitions[partition].epoch
+	}
+	return -1
+}
+
 // Retry policy: the one place that decides what is retried and how long to wait.
 
 // wireErr turns an error from a gRPC call into a catalogue error (*rerr.Error) carrying the broker's

@@ -68,7 +68,15 @@ type cpart struct {
 	buffered    int // decoded answers waiting for Poll
 	retryAt     time.Time
 	attempts    int
+	// aboveEndSince is when fetches of the partition began to answer OFFSET_OUT_OF_RANGE for a
+	// position past the log end (zero: they do not).
+	aboveEndSince time.Time
 }
+
+// outOfRangeGrace is how long a position past a partition's log end is fetched again (after metadata
+// refreshes) before the OFFSET_OUT_OF_RANGE reaches Poll: long enough for a failed-over partition's
+// metadata to settle (a broker is fenced within its 3 s session timeout).
+const outOfRangeGrace = 20 * time.Second
 
 // fetched is one partition's decoded share of a fetch answer.
 type fetched struct {
@@ -528,8 +536,12 @@ func (f *fetcher) fetch(items []fetchItem) {
 		IsolationLevel: cfg.isolation.proto(),
 	}
 	for _, it := range items {
-		req.Partitions = append(req.Partitions, &runnelv1.FetchPartition{Topic: it.p.topic, Partition: it.p.partition,
-			FetchOffset: it.offset, PartitionMaxBytes: cfg.partitionMaxBytes})
+		fp := &runnelv1.FetchPartition{Topic: it.p.topic, Partition: it.p.partition,
+			FetchOffset: it.offset, PartitionMaxBytes: cfg.partitionMaxBytes}
+		if e := c.cl.leaderEpoch(it.p.topic, it.p.partition); e >= 0 {
+			fp.CurrentLeaderEpoch = &e
+		}
+		req.Partitions = append(req.Partitions, fp)
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, cfg.fetchMaxWait+cfg.common.requestTimeout)
 	call := &fetchCall{cancel: cancel}
@@ -579,6 +591,9 @@ func (f *fetcher) fetch(items []fetchItem) {
 		err  error
 		hw   int64
 		size int
+		// aboveEnd: OFFSET_OUT_OF_RANGE for a position past the answering broker's log end (not below
+		// its log start, which retention explains).
+		aboveEnd bool
 	}
 	outs := make([]outcome, len(items))
 	for i, it := range items {
@@ -600,6 +615,7 @@ func (f *fetcher) fetch(items []fetchItem) {
 		}
 		o.hw = res.HighWatermark
 		if o.err = rerr.FromInfo(res.Error); o.err != nil {
+			o.aboveEnd = errors.Is(o.err, rerr.ErrOffsetOutOfRange) && res.LogStartOffset >= 0 && it.offset >= res.LogStartOffset
 			continue
 		}
 		o.size = len(res.Records)
@@ -634,6 +650,26 @@ func (f *fetcher) fetch(items []fetchItem) {
 				// and reports it.
 				continue
 			}
+		}
+		if o.err != nil && o.aboveEnd {
+			// A position the partition's log does not reach yet: most likely the answer of a broker
+			// that leads with a stale log (restarted, or cut off) while the consumer's metadata is as
+			// stale, or a new leader's. Kafka's consumers validate such a position against the leader
+			// (KIP-320) instead of resetting it; here it is fetched again after a metadata refresh, and
+			// only an answer that persists for outOfRangeGrace reaches the application (whose reset
+			// policy then applies: the log really was truncated, an unclean leader election).
+			if p.aboveEndSince.IsZero() {
+				p.aboveEndSince = time.Now()
+			}
+			if time.Since(p.aboveEndSince) < outOfRangeGrace {
+				p.retryAt = time.Now().Add(c.cl.backoff(p.attempts))
+				p.attempts++
+				refresh = true
+				continue
+			}
+		}
+		if o.err == nil {
+			p.aboveEndSince = time.Time{}
 		}
 		if o.err != nil {
 			c.failLocked(p, o.err)
