@@ -108,8 +108,8 @@ func loadFlights(t *testing.T, c *cluster, topic string, n int) map[int32][]stri
 		if err := json.Unmarshal([]byte(line), &fl); err != nil {
 			t.Fatalf("flight record %d: %v", count, err)
 		}
-		// Lines repeat in the data set; the record's line number makes every value unique.
-		v := strconv.Itoa(count) + " " + line
+		// Lines repeat in the data set; the record's line number ("n") makes every value unique.
+		v := `{"n":` + strconv.Itoa(count) + "," + line[1:]
 		p.Produce(ctx, client.NewRecord(topic, []byte(fl.Origin), []byte(v)), func(r *client.Record, err error) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -329,8 +329,9 @@ func TestTransactionalCopier(t *testing.T) {
 			var fl struct {
 				Origin string `json:"origin"`
 			}
-			src := input[part][inOff]
-			json.Unmarshal([]byte(src[strings.IndexByte(src, ' ')+1:]), &fl)
+			if err := json.Unmarshal([]byte(input[part][inOff]), &fl); err != nil {
+				t.Fatal(err)
+			}
 			if want := strings.ToUpper(fl.Origin); f[2] != want {
 				t.Fatalf("%s-%d@%d: transformed %q, want %q", out, part, r.Offset, f[2], want)
 			}
@@ -465,4 +466,3 @@ func tailLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
