@@ -238,6 +238,7 @@ func rebuildProducers(l *plog.Partition) (rebuilt, error) {
 	out := rebuilt{producers: map[int64]*producerEntry{}, ongoing: map[int64]*ongoingTxn{}}
 	end, read := l.HighWatermark(), l.Read
 	if l.Replicated() {
+		waitDurable(l, rebuildDurableWait)
 		end, read = l.DurableEnd(), l.ReadLocal
 	}
 	from := max(l.LogStartOffset(), end-producerStateWindow)
@@ -424,4 +425,38 @@ func (b *Broker) answerDuplicate(t *meta.Topic, partition int32, acksAll bool, p
 		res := plog.AppendResult{BaseOffset: pb.base, LastOffset: pb.last}
 		b.afterAppend(t, partition, acksAll, res, deadline, func(err error) { done(res, -1, err) })
 	}()
+}
+
+// rebuildDurableWait bounds how long a rebuild waits for a replica's appends to become durable.
+const rebuildDurableWait = 2 * time.Second
+
+// waitDurable waits, at most d, until everything l held when it was called is durable. A follower
+// appends without waiting for its fsync; when it becomes leader, batches it had appended but not yet
+// synced would be missing from the producer state read up to DurableEnd, and an idempotent producer's
+// retry of one of them would be written again.
+func waitDurable(l *plog.Partition, d time.Duration) {
+	leo := l.LogEndOffset()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		changed := l.Changed()
+		if l.DurableEnd() >= leo {
+			return
+		}
+		before := l.DurableEnd()
+		select {
+		case <-changed:
+			if l.DurableEnd() == before && l.LogEndOffset() == leo {
+				// Woken without progress: a closed channel of a deleted partition or closed store
+				// (which stays closed), or another kind of change; wait a little rather than spin.
+				select {
+				case <-time.After(10 * time.Millisecond):
+				case <-timer.C:
+					return
+				}
+			}
+		case <-timer.C:
+			return
+		}
+	}
 }
