@@ -31,7 +31,7 @@ type copierProc struct {
 
 // startCopier starts the copier of slot with transactional id "copier-<slot>", its output appended to
 // dir/copier-<slot>.log.
-func startCopier(t *testing.T, c *cluster, dir string, slot int, in, out string) *copierProc {
+func startCopier(t *testing.T, c *cluster, dir string, slot int, in, out string, args ...string) *copierProc {
 	t.Helper()
 	logf, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("copier-%d.log", slot)), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -39,6 +39,7 @@ func startCopier(t *testing.T, c *cluster, dir string, slot int, in, out string)
 	}
 	cmd := exec.Command(copierBin, "-brokers", strings.Join(c.grpcAddrs(), ","), "-group", "copier", "-in", in, "-out", out,
 		"-transactional-id", fmt.Sprintf("copier-%d", slot))
+	cmd.Args = append(cmd.Args, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -196,9 +197,11 @@ func readAll(t *testing.T, c *cluster, topic string, partitions int32, iso clien
 // every input record's transformed copy exactly once, in input order per partition; a read_uncommitted
 // reader also sees the aborted attempts. RUNNEL_LONG=1 copies all 3 million records (make test-long).
 func TestTransactionalCopier(t *testing.T) {
-	n, window := 40_000, 50*time.Second
+	// Small transactions with simulated work keep the copiers busy through the fault window, so kills
+	// land inside transactions.
+	n, window, copierArgs := 30_000, 50*time.Second, []string{"-txn-records", "100", "-work", "150ms"}
 	if os.Getenv("RUNNEL_LONG") == "1" {
-		n, window = 0, 4*time.Minute
+		n, window, copierArgs = 0, 4*time.Minute, []string{"-txn-records", "2000", "-work", "50ms"}
 	}
 	c := startCluster(t, 3, 3)
 	adm := c.admin()
@@ -217,7 +220,7 @@ func TestTransactionalCopier(t *testing.T) {
 	t.Logf("loaded %d flight records into %s", total, in)
 
 	dir := t.TempDir()
-	copiers := map[int]*copierProc{1: startCopier(t, c, dir, 1, in, out), 2: startCopier(t, c, dir, 2, in, out)}
+	copiers := map[int]*copierProc{1: startCopier(t, c, dir, 1, in, out, copierArgs...), 2: startCopier(t, c, dir, 2, in, out, copierArgs...)}
 	t.Cleanup(func() {
 		for _, p := range copiers {
 			p.stop(t, syscall.SIGKILL)
@@ -256,7 +259,7 @@ func TestTransactionalCopier(t *testing.T) {
 		time.Sleep(time.Duration(1500+rand.IntN(1000)) * time.Millisecond)
 		slot := 1 + rand.IntN(2)
 		copiers[slot].stop(t, syscall.SIGKILL)
-		copiers[slot] = startCopier(t, c, dir, slot, in, out)
+		copiers[slot] = startCopier(t, c, dir, slot, in, out, copierArgs...)
 		copierKills++
 		if time.Now().After(nextLeaderKill) {
 			ls, err := c.leaders(1+int32(rand.IntN(3)), out)
@@ -274,7 +277,8 @@ func TestTransactionalCopier(t *testing.T) {
 			nextLeaderKill = time.Now().Add(8 * time.Second)
 		}
 	}
-	t.Logf("faults: %d copier kills, %d leader kills in %v; then the copiers finish undisturbed", copierKills, leaderKills, time.Since(start).Round(time.Second))
+	t.Logf("faults: %d copier kills, %d leader kills in %v, when %d of %d records were copied; then the copiers finish undisturbed",
+		copierKills, leaderKills, time.Since(start).Round(time.Second), committed(), total)
 	// The offsets positions (output log ends) only bound progress; the check below is exact.
 	waitFor(t, 5*time.Minute, "the copiers to reach the end of the input", func() error {
 		for slot, p := range copiers {

@@ -35,6 +35,8 @@ func main() {
 	in := flag.String("in", "", "input topic")
 	out := flag.String("out", "", "output topic (at least as many partitions as the input)")
 	txnID := flag.String("transactional-id", "", "transactional id (one per copier slot, stable across restarts)")
+	txnMax := flag.Int("txn-records", 200, "records per transaction at most")
+	work := flag.Duration("work", 100*time.Millisecond, "simulated processing time per transaction, spent inside it")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("transactional_id", *txnID)
 	if *in == "" || *out == "" || *txnID == "" {
@@ -43,7 +45,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	err := run(ctx, log, strings.Split(*brokers, ","), *group, *in, *out, *txnID)
+	err := run(ctx, log, strings.Split(*brokers, ","), *group, *in, *out, *txnID, *txnMax, *work)
 	switch {
 	case errors.Is(err, client.ErrProducerFenced):
 		log.Warn("fenced by a newer copier", "err", err)
@@ -54,7 +56,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, brokers []string, group, in, out, txnID string) error {
+func run(ctx context.Context, log *slog.Logger, brokers []string, group, in, out, txnID string, txnMax int, work time.Duration) error {
 	cons, err := client.NewGroupConsumer(brokers, group, client.WithAutoCommit(false),
 		client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithIsolationLevel(client.ReadCommitted),
 		client.WithSessionTimeout(6*time.Second))
@@ -82,30 +84,44 @@ func run(ctx context.Context, log *slog.Logger, brokers []string, group, in, out
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
 			return fmt.Errorf("poll: %w", err)
 		}
-		if len(recs) == 0 {
-			continue
-		}
-		if err := copyOnce(ctx, cons, prod, recs, out); err != nil {
-			if errors.Is(err, client.ErrProducerFenced) || ctx.Err() != nil {
-				return err
+		// One transaction per txnMax records. After an abort the rest of the answer is dropped too and
+		// every partition goes back to its first record not committed, to be read again.
+		for queue := recs; len(queue) > 0; {
+			n := min(len(queue), txnMax)
+			if err := copyOnce(ctx, cons, prod, queue[:n], out, work); err != nil {
+				if errors.Is(err, client.ErrProducerFenced) || ctx.Err() != nil {
+					return err
+				}
+				log.Info("transaction aborted; its input is read again", "records", n, "err", err)
+				seekFirst(cons, queue)
+				break
 			}
-			log.Info("transaction aborted; its input is read again", "records", len(recs), "err", err)
+			queue = queue[n:]
 		}
 	}
 	return nil
 }
 
-// copyOnce copies recs in one transaction with their offsets. On failure it aborts and moves the
-// consumer back to the first record of each partition, so the aborted records are copied again.
-func copyOnce(ctx context.Context, cons *client.GroupConsumer, prod *client.Producer, recs []*client.Record, out string) error {
+// seekFirst moves the consumer back to the first of recs of each partition.
+func seekFirst(cons *client.GroupConsumer, recs []*client.Record) {
 	first := map[client.TopicPartition]int64{}
-	next := map[client.TopicPartition]client.OffsetAndMetadata{}
 	for _, r := range recs {
 		k := client.TopicPartition{Topic: r.Topic, Partition: r.Partition}
 		if _, ok := first[k]; !ok {
 			first[k] = r.Offset
 		}
-		next[k] = client.OffsetAndMetadata{Offset: r.Offset + 1}
+	}
+	for k, off := range first {
+		cons.Seek(k.Topic, k.Partition, off)
+	}
+}
+
+// copyOnce copies recs in one transaction with their offsets, spending work inside it. On failure it
+// aborts (the caller moves the consumer back).
+func copyOnce(ctx context.Context, cons *client.GroupConsumer, prod *client.Producer, recs []*client.Record, out string, work time.Duration) error {
+	next := map[client.TopicPartition]client.OffsetAndMetadata{}
+	for _, r := range recs {
+		next[client.TopicPartition{Topic: r.Topic, Partition: r.Partition}] = client.OffsetAndMetadata{Offset: r.Offset + 1}
 	}
 	err := prod.BeginTransaction()
 	if err == nil {
@@ -114,6 +130,10 @@ func copyOnce(ctx context.Context, cons *client.GroupConsumer, prod *client.Prod
 		for _, r := range recs {
 			prod.Produce(tctx, &client.Record{Topic: out, Partition: r.Partition, Key: r.Key,
 				Value: fmt.Appendf(nil, "%d/%d/%s", r.Partition, r.Offset, transform(r.Value))}, nil)
+		}
+		select { // the processing a real stream function does between its reads and its commit
+		case <-time.After(work):
+		case <-tctx.Done():
 		}
 		if err = prod.SendOffsetsToTransaction(tctx, next, cons.GroupMetadata()); err == nil {
 			err = prod.CommitTransaction(tctx)
@@ -129,9 +149,6 @@ func copyOnce(ctx context.Context, cons *client.GroupConsumer, prod *client.Prod
 	defer cancel()
 	if aerr := prod.AbortTransaction(actx); aerr != nil {
 		return errors.Join(err, fmt.Errorf("abort: %w", aerr))
-	}
-	for k, off := range first {
-		cons.Seek(k.Topic, k.Partition, off)
 	}
 	return err
 }
