@@ -21,11 +21,10 @@ import (
 // logged and written to the report but do not fail the test. Remove an entry once its fix lands; the
 // fixed-seed TestQueueUnderFaults then guards it.
 var knownAnomalies = map[string]string{
-	// Found by TestQueueUnderFaults (seed 1) while the old leader of a partition was isolated: a group
-	// member at p1@1426 read p1@0 next, with no rebalance. The consumer fetches without its leader
-	// epoch (no KIP-320 validation), so a fetch that reaches the stale, isolated leader, whose log is
-	// shorter, gets OFFSET_OUT_OF_RANGE and the member resets to auto.offset.reset (earliest).
-	"backwards": "group consumer resets to earliest on OFFSET_OUT_OF_RANGE from a stale leader (no KIP-320 leader epoch in fetches)",
+	// None now. (TestQueueUnderFaults, seed 1, once found a group member at p1@1426 reading p1@0 next
+	// with no rebalance: fetches carried no leader epoch, so the isolated old leader's
+	// OFFSET_OUT_OF_RANGE reset it to earliest. Consumers now send the leader epoch (KIP-320) and
+	// refetch a position past the log end after a metadata refresh.)
 }
 
 // faultEntry is one fault the nemesis applied, for the report.
