@@ -28,8 +28,9 @@ test: ## unit, bad-input and recovery tests with the race detector, the multi-pr
 	$(GO) test -race -count=1 -timeout 12m ./e2e/
 	$(MAKE) fuzz FUZZTIME=20000x
 
-test-long: ## the 3-million-record consumer-group no-skips run with member crashes (RUNNEL_LONG=1)
+test-long: ## the 3-million-record runs (RUNNEL_LONG=1): consumer-group no-skips with member crashes, the transactional copier with kill -9s
 	RUNNEL_LONG=1 $(GO) test -race -count=1 -timeout 20m -run 'TestGroupNoSkipsFull' ./client/
+	RUNNEL_LONG=1 $(GO) test -race -count=1 -timeout 40m -v -run 'TestTransactionalCopier' ./e2e/
 
 SEED ?=
 DURATION ?= 30m
