@@ -17,7 +17,7 @@ import (
 // producer's end-transaction marker, which the transaction coordinator writes through WriteTxnMarkers
 // and the broker hands to WriteOffsetsMarker. Markers go through the shard's write queue like every
 // other write, so the core applies them in log order, and replay feeds the same batches and markers
-// back (loadBatch). See broker/group/txn.go for the rules.
+// back (groupCodec). See broker/group/txn.go for the rules.
 
 // TxnOffsetCommit implements runnelv1.GroupsServer; see group.Coordinator.TxnOffsetCommit. The group's
 // __consumer_offsets partition must be in the producer's ongoing transaction (AddOffsetsToTxn): the
@@ -27,7 +27,7 @@ import (
 // fails with INVALID_REQUEST, as transactional produce does. It answers once the batch is durable
 // (acks=all); per-partition refusals are in the results.
 func (gc *GroupCoordinator) TxnOffsetCommit(ctx context.Context, req *runnelv1.TxnOffsetCommitRequest) (*runnelv1.CommitOffsetsResponse, error) {
-	s, err := gc.shard(req.GroupId)
+	s, err := gc.shards.shard(req.GroupId)
 	if err != nil {
 		return nil, rerr.ToStatus(err)
 	}
@@ -65,18 +65,19 @@ func (gc *GroupCoordinator) TxnOffsetCommit(ctx context.Context, req *runnelv1.T
 // COORDINATOR_NOT_AVAILABLE when the write failed, REQUEST_TIMED_OUT when ctx ends first (the marker
 // may still be written; the coordinator retries).
 func (gc *GroupCoordinator) WriteOffsetsMarker(ctx context.Context, partition int32, producerID int64, producerEpoch int16, m batch.ControlMarker) error {
-	s, err := gc.shardAt(partition)
+	s, err := gc.shards.shardAt(partition)
 	if err != nil {
 		return err
 	}
+	codec := s.codec.(*groupCodec)
 	p := group.Producer{ID: producerID, Epoch: producerEpoch}
 	for {
 		s.mu.Lock()
 		if s.failed != nil {
 			s.mu.Unlock()
-			return coordinatorUnavailable(s.partition, s.failed)
+			return s.unavailable(s.failed)
 		}
-		if w := s.inflightTxnWrite(producerID); w != nil {
+		if w := inflightTxnWrite(s, producerID); w != nil {
 			s.mu.Unlock()
 			if err := s.await(ctx, w); err != nil {
 				return err
@@ -89,40 +90,18 @@ func (gc *GroupCoordinator) WriteOffsetsMarker(ctx context.Context, partition in
 			return err
 		}
 		m.FirstOffset = -1
-		if first, ok := s.txnFirst[producerID]; ok {
+		if first, ok := codec.txnFirst[producerID]; ok {
 			m.FirstOffset = first
 		}
-		w := s.appendWrite(batch.BuildControl(producerID, producerEpoch, time.Now().UnixMilli(), m), recs)
+		w := s.append(batch.BuildControl(producerID, producerEpoch, time.Now().UnixMilli(), m), recs)
 		s.mu.Unlock()
 		return s.await(ctx, w)
 	}
 }
 
-// shardAt returns the loaded shard of __consumer_offsets partition p, which this node must lead.
-func (gc *GroupCoordinator) shardAt(p int32) (*groupShard, error) {
-	t, ok := gc.b.md.Image().Topic(group.OffsetsTopic)
-	if !ok {
-		return nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "%s does not exist yet", group.OffsetsTopic)
-	}
-	st, ok := t.Partition(p)
-	if !ok {
-		return nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "%s has no partition %d (it has %d)", group.OffsetsTopic, p, t.Partitions)
-	}
-	if err := gc.b.checkLeader(group.OffsetsTopic, p, st); err != nil {
-		return nil, err
-	}
-	gc.shardsMu.RLock()
-	s := gc.shards[p]
-	gc.shardsMu.RUnlock()
-	if s == nil || s.leaderEpoch != st.LeaderEpoch {
-		return nil, rerr.New(runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS, "%s-%d is being loaded", group.OffsetsTopic, p)
-	}
-	return s, nil
-}
-
-// inflightTxnWrite returns the last write in the queue (appended, not yet applied) holding
+// inflightTxnWrite returns the last write in s's queue (appended, not yet applied) holding
 // transactional records of producer pid, or nil. Called with s.mu held.
-func (s *groupShard) inflightTxnWrite(pid int64) *groupWrite {
+func inflightTxnWrite(s *groupShard, pid int64) *stateWrite[group.Record] {
 	for i := len(s.queue) - 1; i >= 0; i-- {
 		if w := s.queue[i]; len(w.recs) > 0 && w.recs[0].Producer != nil && w.recs[0].Producer.ID == pid && w.recs[0].Marker == group.NoMarker {
 			return w
@@ -131,27 +110,37 @@ func (s *groupShard) inflightTxnWrite(pid int64) *groupWrite {
 	return nil
 }
 
-// noteTxnWrite keeps txnFirst up to date as a write is applied, s.mu held: a transactional batch
-// (a TxnOffsetCommit's records, all of one producer) starts its producer's run if none is open; a
-// marker ends it.
-func (s *groupShard) noteTxnWrite(w *groupWrite) {
-	if len(w.recs) == 0 || w.recs[0].Producer == nil {
+// groupCodec is the stateCodec of a __consumer_offsets shard: plain batches, a transactional
+// producer's records as its transactional batches, markers as control batches. It keeps txnFirst for
+// WriteOffsetsMarker.
+type groupCodec struct {
+	// txnFirst maps a producer id to the offset of its first transactional batch since its last
+	// marker, the FirstOffset of its next marker.
+	txnFirst map[int64]int64
+}
+
+// applied keeps txnFirst up to date as a write is applied, s.mu held: a transactional batch (a
+// TxnOffsetCommit's records, all of one producer) starts its producer's run if none is open; a marker
+// ends it.
+func (cd *groupCodec) applied(recs []group.Record, base int64) {
+	if len(recs) == 0 || recs[0].Producer == nil {
 		return
 	}
-	pid := w.recs[0].Producer.ID
-	if w.recs[0].Marker != group.NoMarker {
-		delete(s.txnFirst, pid)
+	pid := recs[0].Producer.ID
+	if recs[0].Marker != group.NoMarker {
+		delete(cd.txnFirst, pid)
 		return
 	}
-	if _, ok := s.txnFirst[pid]; !ok && w.base >= 0 {
-		s.txnFirst[pid] = w.base
+	if _, ok := cd.txnFirst[pid]; !ok && base >= 0 {
+		cd.txnFirst[pid] = base
 	}
 }
 
-// loadBatch replays one stored batch b (header h) into the core while loading, and returns how many of
-// its records the core could not load. A control batch is its producer's end-transaction marker; the
-// records of a transactional batch are loaded with their producer, so they stay pending until it.
-func (s *groupShard) loadBatch(b []byte, h batch.Header) (bad int, err error) {
+// replay replays one stored batch b (header h) into the core (load) while loading, and returns how
+// many of its records the core could not load. A control batch is its producer's end-transaction
+// marker; the records of a transactional batch are loaded with their producer, so they stay pending
+// until it.
+func (cd *groupCodec) replay(b []byte, h batch.Header, load func(group.Record) error) (bad int, err error) {
 	if h.IsControl() {
 		m, err := batch.ParseControl(b)
 		if err != nil {
@@ -161,21 +150,21 @@ func (s *groupShard) loadBatch(b []byte, h batch.Header) (bad int, err error) {
 		if m.Commit {
 			mk = group.CommitMarker
 		}
-		if err := s.core.Load(group.Record{Producer: &group.Producer{ID: h.ProducerID, Epoch: h.ProducerEpoch}, Marker: mk}); err != nil {
+		if err := load(group.Record{Producer: &group.Producer{ID: h.ProducerID, Epoch: h.ProducerEpoch}, Marker: mk}); err != nil {
 			bad++
 		}
-		delete(s.txnFirst, h.ProducerID)
+		delete(cd.txnFirst, h.ProducerID)
 		return bad, nil
 	}
 	var prod *group.Producer
 	if h.IsTransactional() {
 		prod = &group.Producer{ID: h.ProducerID, Epoch: h.ProducerEpoch}
-		if _, ok := s.txnFirst[h.ProducerID]; !ok {
-			s.txnFirst[h.ProducerID] = h.BaseOffset
+		if _, ok := cd.txnFirst[h.ProducerID]; !ok {
+			cd.txnFirst[h.ProducerID] = h.BaseOffset
 		}
 	}
 	_, err = batch.DecodeBatch(b, func(r batch.Record) error {
-		if err := s.core.Load(group.Record{Key: r.Key, Value: r.Value, Producer: prod}); err != nil {
+		if err := load(group.Record{Key: r.Key, Value: r.Value, Producer: prod}); err != nil {
 			bad++
 		}
 		return nil
@@ -183,13 +172,13 @@ func (s *groupShard) loadBatch(b []byte, h batch.Header) (bad int, err error) {
 	return bad, err
 }
 
-// encodeGroupRecords encodes records a core returned as record batches, one per run of consecutive
+// encode encodes records a core returned as record batches, one per run of consecutive
 // records of the same producer: plain records as plain batches, a transactional producer's records as a
 // transactional batch with its producer id and epoch and base sequence -1 (internal writes carry no
 // sequence; plog does not check them). A marker record becomes a control batch with coordinator epoch
 // 0 and first offset -1, though cores only return markers from Coordinator.Marker, which
 // WriteOffsetsMarker encodes itself. The bytes are new and the caller's.
-func encodeGroupRecords(recs []group.Record, ts int64) []byte {
+func (*groupCodec) encode(recs []group.Record, ts int64) []byte {
 	var out []byte
 	for i := 0; i < len(recs); {
 		r := recs[i]

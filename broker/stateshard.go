@@ -19,22 +19,69 @@ import (
 )
 
 // This file is the machinery shared by coordinators that keep their state in an internal compacted
-// topic and run a deterministic core per partition of it (broker/txn; broker/group's shell in
-// groups.go follows the same design and can move onto it): one shard per partition led here, calls
-// serialised per shard, the records a call produced appended acks=all and handed back to the core in
-// log order once durable, the partition replayed when this node becomes its leader, and the shards kept
-// in line with the metadata.
+// topic and run a deterministic core per partition of it (broker/group in groups.go, broker/txn in
+// txns.go): one shard per partition led here, calls serialised per shard, the records a call produced
+// appended acks=all and handed back to the core in log order once durable, the partition replayed when
+// this node becomes its leader, and the shards kept in line with the metadata. How records are laid
+// out in batches is each coordinator's (stateCodec): the transaction coordinator writes plain batches
+// of keys and values (kvCodec), the group coordinator also transactional batches and markers
+// (groupCodec, groups_txn.go).
 
 // stateWriteTimeout bounds how long a state write to a replicated partition waits for the ISR; after
 // it the shard is reloaded from its log (follow), since the core's memory ran ahead.
 const stateWriteTimeout = 30 * time.Second
 
-// stateRecord is a record of an internal state topic as a core emits it (group.Record, txn.Record); a
-// nil Value is a tombstone.
-type stateRecord interface{ ~struct{ Key, Value []byte } }
+// replayReadBytes is how much of a state partition one read takes while loading.
+const replayReadBytes = 4 << 20
+
+// stateCodec lays out the records a core emits (group.Record, txn.Record) in the record batches of its
+// partition, and keeps what the shell must know of that layout. Each shard has its own (stateShards.
+// newCodec); its methods run during the shard's replay, or with the shard's mu held.
+type stateCodec[R any] interface {
+	// encode returns recs, as one call of the core returned them, as the bytes of one append (one or
+	// more batches, timestamp ts in ms). The bytes are new and the caller's.
+	encode(recs []R, ts int64) []byte
+	// replay hands the records of one stored batch b (header h) to load while the partition is loaded,
+	// and returns how many of them load refused (or the batch held that are no record of the core).
+	replay(b []byte, h batch.Header, load func(R) error) (bad int, err error)
+	// applied notes that recs, appended at offset base, are durable and were applied to the core.
+	applied(recs []R, base int64)
+}
+
+// kvRecord is a record of an internal state topic that is a key and a value only (txn.Record); a nil
+// Value is a tombstone.
+type kvRecord interface{ ~struct{ Key, Value []byte } }
+
+// kvCodec writes the records of one append as one plain batch and replays plain batches, skipping
+// control batches: the layout of a state topic without transactions (__transaction_state).
+type kvCodec[R kvRecord] struct{}
+
+func (kvCodec[R]) encode(recs []R, ts int64) []byte {
+	var b batch.Builder
+	for _, r := range recs {
+		kv := struct{ Key, Value []byte }(r)
+		b.Append(ts, kv.Key, kv.Value, nil)
+	}
+	return b.Build(batch.CompressionNone) // the builder is dropped here, so the built bytes are ours to hand on
+}
+
+func (kvCodec[R]) replay(b []byte, h batch.Header, load func(R) error) (bad int, err error) {
+	if h.IsControl() {
+		return 0, nil
+	}
+	_, err = batch.DecodeBatch(b, func(r batch.Record) error {
+		if err := load(R{Key: r.Key, Value: r.Value}); err != nil {
+			bad++
+		}
+		return nil
+	})
+	return bad, err
+}
+
+func (kvCodec[R]) applied([]R, int64) {}
 
 // stateCore is what a shard needs of a deterministic core.
-type stateCore[R stateRecord] interface {
+type stateCore[R any] interface {
 	// Load replays one durable record read from the partition while loading; an error means the record
 	// was skipped (counted and logged).
 	Load(R) error
@@ -43,7 +90,7 @@ type stateCore[R stateRecord] interface {
 }
 
 // stateShard is one partition of an internal state topic led here and the core that owns its keys.
-type stateShard[R stateRecord, C stateCore[R]] struct {
+type stateShard[R any, C stateCore[R]] struct {
 	topic       string
 	partition   int32
 	leaderEpoch int32 // the epoch at which this node loaded it: a later epoch means a reload
@@ -52,6 +99,7 @@ type stateShard[R stateRecord, C stateCore[R]] struct {
 	// calling done with the outcome; nil for a partition with one replica.
 	replicated func(res plog.AppendResult, done func(error))
 	log        *slog.Logger
+	codec      stateCodec[R]
 	// afterApply, when set, runs with mu held after durable records were applied to the core.
 	afterApply func()
 	// ctx is cancelled when the shard is unloaded (mu held while cancelling); wg counts the goroutines
@@ -67,15 +115,16 @@ type stateShard[R stateRecord, C stateCore[R]] struct {
 }
 
 // stateWrite is one append of records to a shard's partition.
-type stateWrite[R stateRecord] struct {
+type stateWrite[R any] struct {
 	recs    []R
+	base    int64 // the offset the append got, set before it completes
 	done    bool
 	err     error
 	applied chan struct{} // closed once the records are durable and applied (or failed)
 }
 
 // replay feeds every record of the partition, from its log start to its HW (its durable end when
-// replicated), to the core. Control batches are skipped.
+// replicated), to the core, through the codec.
 func (s *stateShard[R, C]) replay() error {
 	bad := 0
 	// A replicated partition is read to its durable end: this leader's log is the truth from now on,
@@ -94,15 +143,8 @@ func (s *stateShard[R, C]) replay() error {
 		}
 		err = batch.Split(data, func(b []byte, h batch.Header) error {
 			off = h.NextOffset()
-			if h.IsControl() {
-				return nil
-			}
-			_, err := batch.DecodeBatch(b, func(r batch.Record) error {
-				if err := s.core.Load(R{Key: r.Key, Value: r.Value}); err != nil {
-					bad++
-				}
-				return nil
-			})
+			n, err := s.codec.replay(b, h, s.core.Load)
+			bad += n
 			return err
 		})
 		if err != nil {
@@ -115,20 +157,22 @@ func (s *stateShard[R, C]) replay() error {
 	return nil
 }
 
-// submit encodes recs as one batch and appends it fsynced (acks=all). Called with s.mu held, so
+// submit encodes recs (the codec) and appends them fsynced (acks=all). Called with s.mu held, so
 // appends reach the log in the order the core made them.
 func (s *stateShard[R, C]) submit(recs []R, now time.Time) *stateWrite[R] {
-	var b batch.Builder
-	ts := now.UnixMilli()
-	for _, r := range recs {
-		kv := struct{ Key, Value []byte }(r)
-		b.Append(ts, kv.Key, kv.Value, nil)
-	}
-	w := &stateWrite[R]{recs: recs, applied: make(chan struct{})}
+	return s.append(s.codec.encode(recs, now.UnixMilli()), recs)
+}
+
+// append appends data, the encoding of recs, as the shard's next write; the core gets recs through
+// Apply once data is durable. Called with s.mu held.
+func (s *stateShard[R, C]) append(data []byte, recs []R) *stateWrite[R] {
+	w := &stateWrite[R]{recs: recs, base: -1, applied: make(chan struct{})}
 	s.queue = append(s.queue, w)
-	// The builder is dropped here, so the built bytes are ours to hand to plog.
-	s.plog.AppendAsync(b.Build(batch.CompressionNone), plog.AppendOptions{Sync: true, LogAppendTime: -1, LeaderEpoch: s.leaderEpoch},
+	s.plog.AppendAsync(data, plog.AppendOptions{Sync: true, LogAppendTime: -1, LeaderEpoch: s.leaderEpoch},
 		func(res plog.AppendResult, err error) {
+			if err == nil {
+				w.base = res.BaseOffset // read by complete, which runs after this, under s.mu
+			}
 			if err != nil || s.replicated == nil {
 				s.complete(w, err)
 				return
@@ -156,6 +200,7 @@ func (s *stateShard[R, C]) complete(w *stateWrite[R], err error) {
 				"topic", s.topic, "partition", s.partition, "err", head.err)
 		case head.err == nil && s.failed == nil:
 			s.core.Apply(head.recs)
+			s.codec.applied(head.recs, head.base)
 			applied = true
 		}
 		close(head.applied)
@@ -188,15 +233,24 @@ func (s *stateShard[R, C]) do(ctx context.Context, now time.Time, fn func(c C) (
 		w = s.queue[n-1]
 	}
 	s.mu.Unlock()
+	if err := s.await(ctx, w); err != nil {
+		return err
+	}
+	return callErr
+}
+
+// await waits until w (nil: nothing) is durable and applied. Errors: COORDINATOR_NOT_AVAILABLE when
+// the write failed, REQUEST_TIMED_OUT when ctx ends first.
+func (s *stateShard[R, C]) await(ctx context.Context, w *stateWrite[R]) error {
 	if w == nil {
-		return callErr
+		return nil
 	}
 	select {
 	case <-w.applied:
 		if w.err != nil {
 			return s.unavailable(w.err)
 		}
-		return callErr
+		return nil
 	case <-ctx.Done():
 		return rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "waiting for the state of %s-%d to be written: %v", s.topic, s.partition, ctx.Err())
 	}
@@ -233,7 +287,7 @@ func (s *stateShard[R, C]) unload() {
 }
 
 // stateShards are the shards of one internal state topic that this node leads.
-type stateShards[R stateRecord, C stateCore[R]] struct {
+type stateShards[R any, C stateCore[R]] struct {
 	b     *Broker
 	topic string
 	// what names a key in errors: "group", "transactional id".
@@ -241,6 +295,7 @@ type stateShards[R stateRecord, C stateCore[R]] struct {
 	partitions int32 // of the topic when this node creates it
 	log        *slog.Logger
 	newCore    func() C
+	newCodec   func() stateCodec[R] // one per shard
 	// loaded, when set, runs with the new shard's mu held after its replay, before it serves (the group
 	// coordinator's Start, the transaction coordinator's resumption of prepared transactions).
 	loaded func(s *stateShard[R, C], now time.Time)
@@ -333,7 +388,7 @@ func (ss *stateShards[R, C]) load(t *meta.Topic, p, leaderEpoch int32, now time.
 	if err != nil {
 		return err
 	}
-	s := &stateShard[R, C]{topic: t.Name, partition: p, leaderEpoch: leaderEpoch, plog: l, log: ss.log, core: ss.newCore()}
+	s := &stateShard[R, C]{topic: t.Name, partition: p, leaderEpoch: leaderEpoch, plog: l, log: ss.log, core: ss.newCore(), codec: ss.newCodec()}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if st, _ := t.Partition(p); len(st.Replicas) > 1 {
 		s.replicated = func(res plog.AppendResult, done func(error)) {
@@ -411,6 +466,31 @@ func (ss *stateShards[R, C]) shard(key string) (*stateShard[R, C], error) {
 	ss.mu.RUnlock()
 	if s == nil || s.leaderEpoch != st.LeaderEpoch {
 		return nil, rerr.New(runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS, "%s %q: %s-%d is being loaded", ss.what, key, ss.topic, p)
+	}
+	return s, nil
+}
+
+// shardAt returns the loaded shard of partition p, which this node must lead (a partition leader's
+// call, such as a transaction marker, rather than a coordinator's). Errors: UNKNOWN_TOPIC_OR_PARTITION,
+// NOT_LEADER_OR_FOLLOWER (naming the leader) or LEADER_NOT_AVAILABLE when this node does not lead it,
+// COORDINATOR_LOAD_IN_PROGRESS while it loads it.
+func (ss *stateShards[R, C]) shardAt(p int32) (*stateShard[R, C], error) {
+	t, ok := ss.b.md.Image().Topic(ss.topic)
+	if !ok {
+		return nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "%s does not exist yet", ss.topic)
+	}
+	st, ok := t.Partition(p)
+	if !ok {
+		return nil, rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "%s has no partition %d (it has %d)", ss.topic, p, t.Partitions)
+	}
+	if err := ss.b.checkLeader(ss.topic, p, st); err != nil {
+		return nil, err
+	}
+	ss.mu.RLock()
+	s := ss.shards[p]
+	ss.mu.RUnlock()
+	if s == nil || s.leaderEpoch != st.LeaderEpoch {
+		return nil, rerr.New(runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS, "%s-%d is being loaded", ss.topic, p)
 	}
 	return s, nil
 }
