@@ -107,6 +107,7 @@ func (b *Broker) ReplicaFetch(ctx context.Context, req *runnelv1.ReplicaFetchReq
 			}
 			b.repl.charge(r, req.ReplicaId, len(recs))
 			res.Records = recs
+			res.BatchTraces = b.tel.ReplicaTraces(fp.Topic, fp.Partition, recs) // traced batches: the followers continue their traces
 			total += len(recs)
 		}
 		return resp, total, anyErr, changed

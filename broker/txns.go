@@ -15,6 +15,7 @@ import (
 	"github.com/runnel-io/runnel/broker/group"
 	"github.com/runnel-io/runnel/broker/meta"
 	"github.com/runnel-io/runnel/broker/txn"
+	"github.com/runnel-io/runnel/client/telemetry"
 	"google.golang.org/grpc"
 )
 
@@ -75,12 +76,18 @@ func NewTxnCoordinator(b *Broker, cfg txn.Config, logger *slog.Logger) (*TxnCoor
 	tc := &TxnCoordinator{b: b, cfg: cfg, log: logger, conns: map[string]*grpc.ClientConn{}, stop: make(chan struct{})}
 	tc.shards = &stateShards[txn.Record, *txn.Coordinator]{b: b, topic: txn.StateTopic, what: "transactional id",
 		partitions: cfg.StateTopicPartitions, log: logger, newCore: func() *txn.Coordinator { return txn.New(cfg) },
-		shards: map[int32]*txnShard{},
+		newCodec: func() stateCodec[txn.Record] { return kvCodec[txn.Record]{} },
+		shards:   map[int32]*txnShard{},
 		// Prepared transactions found in the log are resumed at once; later ones as their records apply.
 		loaded:     func(s *txnShard, _ time.Time) { tc.startMarkers(s) },
 		afterApply: tc.startMarkers,
 	}
 	tc.shards.follow(time.Now())
+	b.tel.ObserveTransactions(func(visit func(telemetry.TxnCore)) { // the open-transactions gauge, read at collection
+		for _, s := range tc.shards.list() {
+			s.read(func(c *txn.Coordinator) { visit(c) })
+		}
+	})
 	tc.wg.Add(1)
 	go tc.loop()
 	return tc, nil
@@ -89,6 +96,7 @@ func NewTxnCoordinator(b *Broker, cfg txn.Config, logger *slog.Logger) (*TxnCoor
 // Close stops the timer goroutine and the marker writers (what they did not finish is resumed by the
 // partition's next leader) and closes the connections to other brokers.
 func (tc *TxnCoordinator) Close() {
+	tc.b.tel.ObserveTransactions(nil)
 	tc.closeOnce.Do(func() { close(tc.stop) })
 	tc.wg.Wait()
 	tc.shards.close()
@@ -119,7 +127,10 @@ func (tc *TxnCoordinator) loop() {
 		case now := <-t.C:
 			tc.shards.follow(now)
 			for _, s := range tc.shards.list() {
-				s.tick(now, func(c *txn.Coordinator) []txn.Record { return c.Tick(now) })
+				s.tick(now, func(c *txn.Coordinator) []txn.Record {
+					defer tc.b.tel.TxnCall(c, now, telemetry.TxnAbortTimeout)()
+					return c.Tick(now)
+				})
 			}
 		}
 	}
@@ -362,6 +373,7 @@ func (tc *TxnCoordinator) InitProducerId(ctx context.Context, req *runnelv1.Init
 	var resp *runnelv1.InitTxnProducerIdResponse
 	alloc := func() (int64, error) { return tc.b.allocateProducerID(ctx) }
 	err := tc.call(ctx, req.TransactionalId, func(c *txn.Coordinator, now time.Time) (recs []txn.Record, err error) {
+		defer tc.b.tel.TxnCall(c, now, telemetry.TxnAbortFenced, req.TransactionalId)() // an ongoing transaction is aborted, its producer fenced
 		resp, recs, err = c.InitProducerId(now, req, alloc)
 		return recs, err
 	})
@@ -421,6 +433,7 @@ func (tc *TxnCoordinator) AddOffsetsToTxn(ctx context.Context, req *runnelv1.Add
 // decision is durable; the markers are written afterwards.
 func (tc *TxnCoordinator) EndTxn(ctx context.Context, req *runnelv1.EndTxnRequest) (*runnelv1.EndTxnResponse, error) {
 	err := tc.call(ctx, req.GetProducer().GetTransactionalId(), func(c *txn.Coordinator, now time.Time) ([]txn.Record, error) {
+		defer tc.b.tel.TxnCall(c, now, telemetry.TxnAbortClient, req.GetProducer().GetTransactionalId())()
 		return c.EndTxn(now, req)
 	})
 	if err != nil {
@@ -491,6 +504,7 @@ func (tc *TxnCoordinator) DescribeTransactions(_ context.Context, req *runnelv1.
 func (tc *TxnCoordinator) AbortTransaction(ctx context.Context, req *runnelv1.AbortTransactionRequest) (*runnelv1.AbortTransactionResponse, error) {
 	var resp *runnelv1.AbortTransactionResponse
 	err := tc.call(ctx, req.TransactionalId, func(c *txn.Coordinator, now time.Time) (recs []txn.Record, err error) {
+		defer tc.b.tel.TxnCall(c, now, telemetry.TxnAbortOperator, req.TransactionalId)()
 		resp, recs, err = c.AbortTransaction(now, req)
 		return recs, err
 	})

@@ -27,6 +27,7 @@ import (
 
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/client"
 	"github.com/runnel-io/runnel/client/batch"
 	"github.com/runnel-io/runnel/client/telemetry"
 	"github.com/runnel-io/runnel/platform"
@@ -110,8 +111,8 @@ func childOf(t *testing.T, child, parent tracetest.SpanStub) {
 // a ProduceStream continues its trace from ProducePartition.trace_context, since a stream's gRPC
 // metadata cannot. A traced fetch gets one event per partition.
 //
-// Single node: the leader is the only broker. Once replication lands, this test waits for the
-// followers to have the record and checks their spans under the leader's append span.
+// Single node: the leader is the only broker. TestTraceReplicatedProduceConsume checks the followers'
+// spans under the leader's append span on a three-node cluster.
 func TestTraceProducerBrokerConsumer(t *testing.T) {
 	tn := startTracedNode(t)
 	tn.createTopic(t, "orders", 2, nil)
@@ -569,8 +570,8 @@ func TestLoggerTraceIDs(t *testing.T) {
 }
 
 // TestDashboardMetricsExist: every metric and label the Grafana dashboard queries is on /metrics of a
-// node that has served produce, fetch and group calls, so a renamed instrument cannot leave a panel
-// empty.
+// node that has served produce, fetch, group and transaction calls, so a renamed instrument cannot
+// leave a panel empty.
 func TestDashboardMetricsExist(t *testing.T) {
 	raw, err := os.ReadFile("../deploy/grafana/runnel-dashboard.json")
 	if err != nil {
@@ -600,6 +601,30 @@ func TestDashboardMetricsExist(t *testing.T) {
 	if _, err := g.CommitOffsets(ctxT(t), &runnelv1.CommitOffsetsRequest{GroupId: "g", MemberId: m.MemberId, MemberEpoch: m.MemberEpoch,
 		Partitions: []*runnelv1.CommitPartition{{Topic: "orders", Partition: 0, Offset: 2, LeaderEpoch: -1}}}); err != nil {
 		t.Fatal(err)
+	}
+	// One committed and one aborted transaction, for the transaction panels.
+	txp, err := client.NewProducer([]string{tn.node.GRPCAddr()}, client.WithTransactionalID("dash"), client.WithAcks(client.AcksAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer txp.Close()
+	if err := txp.InitTransactions(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, commit := range []bool{true, false} {
+		if err := txp.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := txp.ProduceSync(ctxT(t), &client.Record{Topic: "orders", Partition: 0, Value: []byte("t")}); err != nil {
+			t.Fatal(err)
+		}
+		end := txp.AbortTransaction
+		if commit {
+			end = txp.CommitTransaction
+		}
+		if err := end(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	resp, err := http.Get("http://" + tn.node.HTTPAddr() + "/metrics")
 	if err != nil {

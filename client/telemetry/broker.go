@@ -20,8 +20,9 @@ import (
 
 // Broker is the instrumentation of a broker: the metrics of names.go, the broker's spans, and the
 // per-partition produce rates behind DescribeTopics' stats. The broker's handlers call it at one line
-// each (broker/produce.go, fetch.go, groups.go); later parts (replication, transactions, functions,
-// connectors) add their calls the same way.
+// each (broker/produce.go, fetch.go, groups.go; replication: replica_rpc.go and fetcher.go,
+// replication.go here; transactions: txns.go, txns.go here); later parts (functions, connectors) add
+// their calls the same way.
 //
 // Per-partition byte and record counts are plain atomic counters, read by observable instruments when
 // metrics are collected, so the produce and fetch paths never build attribute sets nor call the metric
@@ -47,12 +48,15 @@ type Broker struct {
 	lag, members, lsmSize, vlogSize          metric.Int64ObservableGauge
 	leaders, underReplicated, offline        metric.Int64ObservableGauge
 	followerLag                              metric.Int64ObservableGauge
+	txns                                     txnMetrics // txns.go
 	gcRuns                                   metric.Int64ObservableCounter
 	gcOpts                                   [3]metric.ObserveOption // rewritten, nothing, error
 	reg                                      metric.Registration
 
 	parts  sync.Map // partKey → *partStats
 	groups groupTracker
+	rings  sync.Map      // partKey → *traceRing: recent traced appends, for the followers (replication.go)
+	tokens atomic.Uint64 // numbers traced appends in their ring
 
 	groupSrc   atomic.Pointer[func(GroupObserver)]
 	storageSrc atomic.Pointer[func() StorageStats]
@@ -136,6 +140,7 @@ func NewBroker(opts ...Option) (*Broker, error) {
 	add(err)
 	b.gcRuns, err = m.Int64ObservableCounter(MetricVlogGCRuns, metric.WithUnit("{run}"), metric.WithDescription("Value-log GC passes by result."))
 	add(err)
+	add(b.txns.init(m))
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -149,7 +154,7 @@ func NewBroker(opts ...Option) (*Broker, error) {
 		b.gcOpts[i] = metric.WithAttributeSet(attribute.NewSet(AttrGCResult.String(r)))
 	}
 	b.reg, err = m.RegisterCallback(b.observe, b.bytesIn, b.recordsIn, b.bytesOut, b.recordsOut, b.lag, b.members,
-		b.lsmSize, b.vlogSize, b.gcRuns, b.leaders, b.underReplicated, b.offline, b.followerLag)
+		b.lsmSize, b.vlogSize, b.gcRuns, b.leaders, b.underReplicated, b.offline, b.followerLag, b.txns.open)
 	if err != nil {
 		return nil, err
 	}
@@ -180,17 +185,20 @@ func (b *Broker) part(topic string, partition int32) *partStats {
 }
 
 // ForgetTopic drops the counters of every partition of topic, when it is deleted: its series leave
-// /metrics, and a topic created again under the name starts from zero.
+// /metrics, and a topic created again under the name starts from zero. The traced appends remembered
+// for followers go too.
 func (b *Broker) ForgetTopic(topic string) {
 	if b == nil {
 		return
 	}
-	b.parts.Range(func(k, _ any) bool {
-		if k.(partKey).topic == topic {
-			b.parts.Delete(k)
-		}
-		return true
-	})
+	for _, m := range []*sync.Map{&b.parts, &b.rings} {
+		m.Range(func(k, _ any) bool {
+			if k.(partKey).topic == topic {
+				m.Delete(k)
+			}
+			return true
+		})
+	}
 }
 
 // Append observes one partition of a produce request, from StartAppend to Done. It is a value, so
@@ -203,6 +211,8 @@ type Append struct {
 	bytes, records int64
 	atMs           int64      // when the request came, for the rate minute
 	span           trace.Span // nil when not traced
+	ring           *traceRing // where the traced append's batches are remembered for the followers
+	token          uint64     // their number in ring
 }
 
 // StartAppend begins observing the append of pp's batches, before the broker validates and enqueues
@@ -239,6 +249,7 @@ func (b *Broker) StartAppend(ctx context.Context, pp *runnelv1.ProducePartition)
 			AttrBatchBytes.Int64(a.bytes), semconv.MessagingBatchMessageCount(int(a.records))))
 	if span.IsRecording() {
 		a.span = span
+		b.rememberAppend(ctx, &a, pp.Records, span)
 	} else {
 		span.End()
 	}
@@ -266,6 +277,9 @@ func (a Append) Done(baseOffset int64, err error) {
 		}
 		setError(a.span, err)
 		a.span.End()
+	}
+	if err != nil && a.ring != nil {
+		a.b.forgetAppend(a)
 	}
 }
 
@@ -461,6 +475,7 @@ func (b *Broker) observe(_ context.Context, o metric.Observer) error {
 				AttrPartition.String(partitionID(f.Partition)), AttrFollower.Int(int(f.Follower))))
 		}
 	}
+	b.txns.observe(o)
 	if fn := b.groupSrc.Load(); fn != nil {
 		start := time.Now()
 		gob := &groupObservation{b: b, o: o, seen: map[string]bool{}}

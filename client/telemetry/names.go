@@ -16,8 +16,7 @@ const SystemName = "runnel"
 // Names of the metric instruments, with their units and attributes. This is the one list: the broker
 // records them (broker.go, groups.go), docs/telemetry.md documents them and the Grafana dashboard
 // (deploy/grafana/runnel-dashboard.json) queries them under their Prometheus names, given beside each.
-// Only what is recorded today is defined; replication (under-replicated and offline partitions, ISR
-// shrinks and expands) and transactions (open, committed, aborted) add theirs here when they land.
+// Only what is recorded today is defined; functions and connectors add theirs here when they land.
 const (
 	// MetricBytesIn counts the bytes of record batches appended to a partition, as produced (compressed
 	// size, headers included). Counter, unit By; attributes AttrTopic, AttrPartition.
@@ -84,6 +83,21 @@ const (
 	// {record}. Prometheus: runnel_partition_follower_lag.
 	MetricFollowerLag = "runnel.partition.follower.lag"
 	MetricISRExpands  = "runnel.partition.isr.expands"
+	// MetricTxnOpen is the number of transactions ongoing or being ended (PREPARE_*: markers being
+	// written) on the transaction coordinators this broker runs, read at collection. Gauge, unit
+	// {transaction}. Prometheus: runnel_transactions_open.
+	MetricTxnOpen = "runnel.transactions.open"
+	// MetricTxnCommitted counts the transactions this broker's coordinators decided to commit (KIP-98:
+	// the PREPARE_COMMIT decision; markers follow). Counter, unit {transaction}.
+	// Prometheus: runnel_transactions_committed_total.
+	MetricTxnCommitted = "runnel.transactions.committed"
+	// MetricTxnAborted counts the transactions this broker's coordinators decided to abort, by
+	// AttrAbortReason. Counter, unit {transaction}. Prometheus: runnel_transactions_aborted_total.
+	MetricTxnAborted = "runnel.transactions.aborted"
+	// MetricTxnDuration is the time from a transaction's start (its first AddPartitionsToTxn or
+	// AddOffsetsToTxn) to its commit or abort decision. Histogram, unit s; attribute AttrTxnOutcome.
+	// Prometheus: runnel_transaction_duration_seconds.
+	MetricTxnDuration = "runnel.transaction.duration"
 )
 
 // Attribute keys of the metrics above and of the spans. They are the OpenTelemetry messaging semantic
@@ -96,6 +110,9 @@ const (
 	AttrPartition = semconv.MessagingDestinationPartitionIDKey
 	// AttrFollower is the broker id of a follower (runnel.follower).
 	AttrFollower = attribute.Key("runnel.follower")
+	// AttrLeader is the broker id of a partition's leader, on a follower's replicate span
+	// (runnel.leader).
+	AttrLeader = attribute.Key("runnel.leader")
 	// AttrGroup is the consumer group id (messaging.consumer.group.name).
 	AttrGroup = semconv.MessagingConsumerGroupNameKey
 	// AttrErrorType is the catalogue error code name (UNKNOWN_TOPIC_OR_PARTITION, ...) of a failed
@@ -120,6 +137,11 @@ const (
 	AttrHighWatermark = attribute.Key("messaging.runnel.high_watermark")
 	// AttrFetchOffset is the first offset a fetch asked for.
 	AttrFetchOffset = attribute.Key("messaging.runnel.fetch_offset")
+	// AttrAbortReason is why a transaction was aborted: TxnAbortClient, TxnAbortTimeout,
+	// TxnAbortFenced or TxnAbortOperator (runnel.txn.abort_reason).
+	AttrAbortReason = attribute.Key("runnel.txn.abort_reason")
+	// AttrTxnOutcome is a decided transaction's outcome: "commit" or "abort" (runnel.txn.outcome).
+	AttrTxnOutcome = attribute.Key("runnel.txn.outcome")
 )
 
 // Operation names (messaging.operation.name) and span names' first word. The operation types
@@ -131,6 +153,9 @@ const (
 	OpProcess = "process"
 	// OpAppend is the broker's span for one partition of a produce request.
 	OpAppend = "append"
+	// OpReplicate is a follower's span for one batch it copied from the leader, the child of the
+	// leader's append span (replication.go).
+	OpReplicate = "replicate"
 )
 
 // latencyBuckets are the histogram bounds, in seconds, of the request latencies: from an unsynced

@@ -880,8 +880,13 @@ type ReplicaFetchPartitionResult struct {
 	HighWatermark  int64                  `protobuf:"varint,4,opt,name=high_watermark,json=highWatermark,proto3" json:"high_watermark,omitempty"`
 	LogStartOffset int64                  `protobuf:"varint,5,opt,name=log_start_offset,json=logStartOffset,proto3" json:"log_start_offset,omitempty"`
 	// log_end_offset is the leader's durable log end.
-	LogEndOffset  int64  `protobuf:"varint,6,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
-	Records       []byte `protobuf:"bytes,7,opt,name=records,proto3" json:"records,omitempty"`
+	LogEndOffset int64  `protobuf:"varint,6,opt,name=log_end_offset,json=logEndOffset,proto3" json:"log_end_offset,omitempty"`
+	Records      []byte `protobuf:"bytes,7,opt,name=records,proto3" json:"records,omitempty"`
+	// batch_traces are the trace contexts of the traced batches among records: for each batch whose
+	// produce request continued a trace, the leader's append span, so the follower's "replicate" span is
+	// its child and the trace reads producer -> leader -> followers -> consumer. Empty when the leader
+	// does not trace or no batch of the answer was traced (client/telemetry.Broker.ReplicaTraces).
+	BatchTraces   []*BatchTrace `protobuf:"bytes,8,rep,name=batch_traces,json=batchTraces,proto3" json:"batch_traces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -965,6 +970,67 @@ func (x *ReplicaFetchPartitionResult) GetRecords() []byte {
 	return nil
 }
 
+func (x *ReplicaFetchPartitionResult) GetBatchTraces() []*BatchTrace {
+	if x != nil {
+		return x.BatchTraces
+	}
+	return nil
+}
+
+// BatchTrace is the propagated trace context of one record batch, by its base offset.
+type BatchTrace struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	BaseOffset int64                  `protobuf:"varint,1,opt,name=base_offset,json=baseOffset,proto3" json:"base_offset,omitempty"`
+	// trace_context is the context as the propagator writes it (W3C "traceparent", "tracestate").
+	TraceContext  map[string]string `protobuf:"bytes,2,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchTrace) Reset() {
+	*x = BatchTrace{}
+	mi := &file_runnel_v1_cluster_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchTrace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchTrace) ProtoMessage() {}
+
+func (x *BatchTrace) ProtoReflect() protoreflect.Message {
+	mi := &file_runnel_v1_cluster_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchTrace.ProtoReflect.Descriptor instead.
+func (*BatchTrace) Descriptor() ([]byte, []int) {
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BatchTrace) GetBaseOffset() int64 {
+	if x != nil {
+		return x.BaseOffset
+	}
+	return 0
+}
+
+func (x *BatchTrace) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
+	}
+	return nil
+}
+
 type OffsetForLeaderEpochRequest struct {
 	state         protoimpl.MessageState           `protogen:"open.v1"`
 	ReplicaId     int32                            `protobuf:"varint,1,opt,name=replica_id,json=replicaId,proto3" json:"replica_id,omitempty"`
@@ -975,7 +1041,7 @@ type OffsetForLeaderEpochRequest struct {
 
 func (x *OffsetForLeaderEpochRequest) Reset() {
 	*x = OffsetForLeaderEpochRequest{}
-	mi := &file_runnel_v1_cluster_proto_msgTypes[12]
+	mi := &file_runnel_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1053,7 @@ func (x *OffsetForLeaderEpochRequest) String() string {
 func (*OffsetForLeaderEpochRequest) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_cluster_proto_msgTypes[12]
+	mi := &file_runnel_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1066,7 @@ func (x *OffsetForLeaderEpochRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochRequest.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochRequest) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OffsetForLeaderEpochRequest) GetReplicaId() int32 {
@@ -1030,7 +1096,7 @@ type OffsetForLeaderEpochPartition struct {
 
 func (x *OffsetForLeaderEpochPartition) Reset() {
 	*x = OffsetForLeaderEpochPartition{}
-	mi := &file_runnel_v1_cluster_proto_msgTypes[13]
+	mi := &file_runnel_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1108,7 @@ func (x *OffsetForLeaderEpochPartition) String() string {
 func (*OffsetForLeaderEpochPartition) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochPartition) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_cluster_proto_msgTypes[13]
+	mi := &file_runnel_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1121,7 @@ func (x *OffsetForLeaderEpochPartition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochPartition.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochPartition) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OffsetForLeaderEpochPartition) GetTopic() string {
@@ -1095,7 +1161,7 @@ type OffsetForLeaderEpochResponse struct {
 
 func (x *OffsetForLeaderEpochResponse) Reset() {
 	*x = OffsetForLeaderEpochResponse{}
-	mi := &file_runnel_v1_cluster_proto_msgTypes[14]
+	mi := &file_runnel_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1173,7 @@ func (x *OffsetForLeaderEpochResponse) String() string {
 func (*OffsetForLeaderEpochResponse) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_cluster_proto_msgTypes[14]
+	mi := &file_runnel_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1186,7 @@ func (x *OffsetForLeaderEpochResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochResponse.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochResponse) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OffsetForLeaderEpochResponse) GetPartitions() []*OffsetForLeaderEpochResult {
@@ -1145,7 +1211,7 @@ type OffsetForLeaderEpochResult struct {
 
 func (x *OffsetForLeaderEpochResult) Reset() {
 	*x = OffsetForLeaderEpochResult{}
-	mi := &file_runnel_v1_cluster_proto_msgTypes[15]
+	mi := &file_runnel_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1223,7 @@ func (x *OffsetForLeaderEpochResult) String() string {
 func (*OffsetForLeaderEpochResult) ProtoMessage() {}
 
 func (x *OffsetForLeaderEpochResult) ProtoReflect() protoreflect.Message {
-	mi := &file_runnel_v1_cluster_proto_msgTypes[15]
+	mi := &file_runnel_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1236,7 @@ func (x *OffsetForLeaderEpochResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OffsetForLeaderEpochResult.ProtoReflect.Descriptor instead.
 func (*OffsetForLeaderEpochResult) Descriptor() ([]byte, []int) {
-	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_runnel_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OffsetForLeaderEpochResult) GetTopic() string {
@@ -1293,7 +1359,7 @@ const file_runnel_v1_cluster_proto_rawDesc = "" +
 	"\x14ReplicaFetchResponse\x12F\n" +
 	"\n" +
 	"partitions\x18\x01 \x03(\v2&.runnel.v1.ReplicaFetchPartitionResultR\n" +
-	"partitions\"\x8e\x02\n" +
+	"partitions\"\xc8\x02\n" +
 	"\x1bReplicaFetchPartitionResult\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12*\n" +
@@ -1301,7 +1367,16 @@ const file_runnel_v1_cluster_proto_rawDesc = "" +
 	"\x0ehigh_watermark\x18\x04 \x01(\x03R\rhighWatermark\x12(\n" +
 	"\x10log_start_offset\x18\x05 \x01(\x03R\x0elogStartOffset\x12$\n" +
 	"\x0elog_end_offset\x18\x06 \x01(\x03R\flogEndOffset\x12\x18\n" +
-	"\arecords\x18\a \x01(\fR\arecords\"\x86\x01\n" +
+	"\arecords\x18\a \x01(\fR\arecords\x128\n" +
+	"\fbatch_traces\x18\b \x03(\v2\x15.runnel.v1.BatchTraceR\vbatchTraces\"\xbc\x01\n" +
+	"\n" +
+	"BatchTrace\x12\x1f\n" +
+	"\vbase_offset\x18\x01 \x01(\x03R\n" +
+	"baseOffset\x12L\n" +
+	"\rtrace_context\x18\x02 \x03(\v2'.runnel.v1.BatchTrace.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x01\n" +
 	"\x1bOffsetForLeaderEpochRequest\x12\x1d\n" +
 	"\n" +
 	"replica_id\x18\x01 \x01(\x05R\treplicaId\x12H\n" +
@@ -1346,7 +1421,7 @@ func file_runnel_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_runnel_v1_cluster_proto_rawDescData
 }
 
-var file_runnel_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_runnel_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_runnel_v1_cluster_proto_goTypes = []any{
 	(*ClusterStatusRequest)(nil),          // 0: runnel.v1.ClusterStatusRequest
 	(*ClusterStatusResponse)(nil),         // 1: runnel.v1.ClusterStatusResponse
@@ -1360,38 +1435,42 @@ var file_runnel_v1_cluster_proto_goTypes = []any{
 	(*ReplicaFetchPartition)(nil),         // 9: runnel.v1.ReplicaFetchPartition
 	(*ReplicaFetchResponse)(nil),          // 10: runnel.v1.ReplicaFetchResponse
 	(*ReplicaFetchPartitionResult)(nil),   // 11: runnel.v1.ReplicaFetchPartitionResult
-	(*OffsetForLeaderEpochRequest)(nil),   // 12: runnel.v1.OffsetForLeaderEpochRequest
-	(*OffsetForLeaderEpochPartition)(nil), // 13: runnel.v1.OffsetForLeaderEpochPartition
-	(*OffsetForLeaderEpochResponse)(nil),  // 14: runnel.v1.OffsetForLeaderEpochResponse
-	(*OffsetForLeaderEpochResult)(nil),    // 15: runnel.v1.OffsetForLeaderEpochResult
-	(*ErrorInfo)(nil),                     // 16: runnel.v1.ErrorInfo
+	(*BatchTrace)(nil),                    // 12: runnel.v1.BatchTrace
+	(*OffsetForLeaderEpochRequest)(nil),   // 13: runnel.v1.OffsetForLeaderEpochRequest
+	(*OffsetForLeaderEpochPartition)(nil), // 14: runnel.v1.OffsetForLeaderEpochPartition
+	(*OffsetForLeaderEpochResponse)(nil),  // 15: runnel.v1.OffsetForLeaderEpochResponse
+	(*OffsetForLeaderEpochResult)(nil),    // 16: runnel.v1.OffsetForLeaderEpochResult
+	nil,                                   // 17: runnel.v1.BatchTrace.TraceContextEntry
+	(*ErrorInfo)(nil),                     // 18: runnel.v1.ErrorInfo
 }
 var file_runnel_v1_cluster_proto_depIdxs = []int32{
 	2,  // 0: runnel.v1.ClusterStatusResponse.nodes:type_name -> runnel.v1.ClusterNode
 	3,  // 1: runnel.v1.ClusterStatusResponse.offline_partitions:type_name -> runnel.v1.PartitionStatus
 	3,  // 2: runnel.v1.ClusterStatusResponse.under_replicated_partitions:type_name -> runnel.v1.PartitionStatus
-	16, // 3: runnel.v1.ProposeResponse.error:type_name -> runnel.v1.ErrorInfo
+	18, // 3: runnel.v1.ProposeResponse.error:type_name -> runnel.v1.ErrorInfo
 	9,  // 4: runnel.v1.ReplicaFetchRequest.partitions:type_name -> runnel.v1.ReplicaFetchPartition
 	11, // 5: runnel.v1.ReplicaFetchResponse.partitions:type_name -> runnel.v1.ReplicaFetchPartitionResult
-	16, // 6: runnel.v1.ReplicaFetchPartitionResult.error:type_name -> runnel.v1.ErrorInfo
-	13, // 7: runnel.v1.OffsetForLeaderEpochRequest.partitions:type_name -> runnel.v1.OffsetForLeaderEpochPartition
-	15, // 8: runnel.v1.OffsetForLeaderEpochResponse.partitions:type_name -> runnel.v1.OffsetForLeaderEpochResult
-	16, // 9: runnel.v1.OffsetForLeaderEpochResult.error:type_name -> runnel.v1.ErrorInfo
-	0,  // 10: runnel.v1.Cluster.Status:input_type -> runnel.v1.ClusterStatusRequest
-	4,  // 11: runnel.v1.Controller.Propose:input_type -> runnel.v1.ProposeRequest
-	6,  // 12: runnel.v1.Controller.BrokerHeartbeat:input_type -> runnel.v1.BrokerHeartbeatRequest
-	8,  // 13: runnel.v1.Replication.ReplicaFetch:input_type -> runnel.v1.ReplicaFetchRequest
-	12, // 14: runnel.v1.Replication.OffsetForLeaderEpoch:input_type -> runnel.v1.OffsetForLeaderEpochRequest
-	1,  // 15: runnel.v1.Cluster.Status:output_type -> runnel.v1.ClusterStatusResponse
-	5,  // 16: runnel.v1.Controller.Propose:output_type -> runnel.v1.ProposeResponse
-	7,  // 17: runnel.v1.Controller.BrokerHeartbeat:output_type -> runnel.v1.BrokerHeartbeatResponse
-	10, // 18: runnel.v1.Replication.ReplicaFetch:output_type -> runnel.v1.ReplicaFetchResponse
-	14, // 19: runnel.v1.Replication.OffsetForLeaderEpoch:output_type -> runnel.v1.OffsetForLeaderEpochResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	18, // 6: runnel.v1.ReplicaFetchPartitionResult.error:type_name -> runnel.v1.ErrorInfo
+	12, // 7: runnel.v1.ReplicaFetchPartitionResult.batch_traces:type_name -> runnel.v1.BatchTrace
+	17, // 8: runnel.v1.BatchTrace.trace_context:type_name -> runnel.v1.BatchTrace.TraceContextEntry
+	14, // 9: runnel.v1.OffsetForLeaderEpochRequest.partitions:type_name -> runnel.v1.OffsetForLeaderEpochPartition
+	16, // 10: runnel.v1.OffsetForLeaderEpochResponse.partitions:type_name -> runnel.v1.OffsetForLeaderEpochResult
+	18, // 11: runnel.v1.OffsetForLeaderEpochResult.error:type_name -> runnel.v1.ErrorInfo
+	0,  // 12: runnel.v1.Cluster.Status:input_type -> runnel.v1.ClusterStatusRequest
+	4,  // 13: runnel.v1.Controller.Propose:input_type -> runnel.v1.ProposeRequest
+	6,  // 14: runnel.v1.Controller.BrokerHeartbeat:input_type -> runnel.v1.BrokerHeartbeatRequest
+	8,  // 15: runnel.v1.Replication.ReplicaFetch:input_type -> runnel.v1.ReplicaFetchRequest
+	13, // 16: runnel.v1.Replication.OffsetForLeaderEpoch:input_type -> runnel.v1.OffsetForLeaderEpochRequest
+	1,  // 17: runnel.v1.Cluster.Status:output_type -> runnel.v1.ClusterStatusResponse
+	5,  // 18: runnel.v1.Controller.Propose:output_type -> runnel.v1.ProposeResponse
+	7,  // 19: runnel.v1.Controller.BrokerHeartbeat:output_type -> runnel.v1.BrokerHeartbeatResponse
+	10, // 20: runnel.v1.Replication.ReplicaFetch:output_type -> runnel.v1.ReplicaFetchResponse
+	15, // 21: runnel.v1.Replication.OffsetForLeaderEpoch:output_type -> runnel.v1.OffsetForLeaderEpochResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_runnel_v1_cluster_proto_init() }
@@ -1406,7 +1485,7 @@ func file_runnel_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runnel_v1_cluster_proto_rawDesc), len(file_runnel_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
