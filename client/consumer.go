@@ -69,8 +69,10 @@ type cpart struct {
 	retryAt     time.Time
 	attempts    int
 	// aboveEndSince is when fetches of the partition began to answer OFFSET_OUT_OF_RANGE for a
-	// position past the log end (zero: they do not).
+	// position past the log end (zero: they do not); maxHW is the highest HW a successful fetch
+	// reported.
 	aboveEndSince time.Time
+	maxHW         int64
 }
 
 // outOfRangeGrace is how long a position past a partition's log end is fetched again (after metadata
@@ -159,7 +161,7 @@ func (c *Consumer) Assign(topic string, partition int32, from Offset) error {
 	key := tp{topic, partition}
 	p := c.parts[key]
 	if p == nil {
-		p = &cpart{tp: key, hw: -1, leader: leader}
+		p = &cpart{tp: key, hw: -1, maxHW: -1, leader: leader}
 		c.parts[key] = p
 	}
 	c.resetLocked(p, off)
@@ -637,6 +639,9 @@ func (f *fetcher) fetch(items []fetchItem) {
 		}
 		if o.hw >= 0 {
 			p.hw = o.hw
+			if o.err == nil {
+				p.maxHW = max(p.maxHW, o.hw)
+			}
 		}
 		if len(o.recs) > 0 || o.next > it.offset {
 			p.fetchOffset = o.next
@@ -651,7 +656,7 @@ func (f *fetcher) fetch(items []fetchItem) {
 				continue
 			}
 		}
-		if o.err != nil && o.aboveEnd {
+		if o.err != nil && o.aboveEnd && (c.cfg.trustPositions || it.offset <= p.maxHW) {
 			// A position the partition's log does not reach yet: most likely the answer of a broker
 			// that leads with a stale log (restarted, or cut off) while the consumer's metadata is as
 			// stale, or a new leader's. Kafka's consumers validate such a position against the leader

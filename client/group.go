@@ -168,7 +168,9 @@ func NewGroupConsumer(brokers []string, group string, opts ...GroupOption) (*Gro
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg.consumer, cl: cl, tr: cfg.consumer.common.tracer(), parts: map[tp]*cpart{}, readyCh: make(chan struct{}, 1), fetchers: map[int32]*fetcher{}}
+	ccfg := cfg.consumer
+	ccfg.trustPositions = true
+	c := &Consumer{cfg: ccfg, cl: cl, tr: cfg.consumer.common.tracer(), parts: map[tp]*cpart{}, readyCh: make(chan struct{}, 1), fetchers: map[int32]*fetcher{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	g := &GroupConsumer{cfg: cfg, group: group, c: c, cl: cl, coord: newCoordinator(cl), log: cfg.consumer.common.logger,
 		eventCh: make(chan struct{}, 1), hbWake: make(chan struct{}, 1), hbDone: make(chan struct{}),

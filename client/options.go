@@ -496,6 +496,11 @@ type consumerConfig struct {
 	fetchMaxWait      time.Duration
 	partitionMaxBytes int32
 	isolation         IsolationLevel
+	// trustPositions: positions come from the group's commits and from fetched records, never past a
+	// log end the leader once had, so an answer that puts one past the log end is taken as a stale
+	// broker's and fetched again for outOfRangeGrace (set by GroupConsumer). A plain Consumer does so
+	// only for positions at or below a high watermark it has seen.
+	trustPositions bool
 }
 
 func defaultConsumerConfig() consumerConfig {
