@@ -34,8 +34,8 @@ test-long: ## the 3-million-record runs (RUNNEL_LONG=1): consumer-group no-skips
 
 SEED ?=
 DURATION ?= 30m
-e2e-long: ## fault-injection run: 3 nodes behind fault proxies, queue workload, random faults of SEED (default: time) for DURATION; report in e2e/out/ (docs/testing.md)
-	RUNNEL_E2E_LONG=1 E2E_SEED=$(SEED) E2E_DURATION=$(DURATION) $(GO) test -race -count=1 -timeout 0 -v -run 'TestQueueUnderFaultsLong' ./e2e/
+e2e-long: ## fault-injection runs: 3 nodes behind fault proxies, random faults of SEED (default: time) for DURATION under the queue, then the transactional workload (WORKLOAD=queue or txn: one of them; DISK=1 as root: fill-disk too); reports in e2e/out/ (docs/testing.md)
+	RUNNEL_E2E_LONG=1 E2E_SEED=$(SEED) E2E_DURATION=$(DURATION) E2E_WORKLOAD=$(WORKLOAD) E2E_DISK=$(DISK) $(GO) test -race -count=1 -timeout 0 -v -run 'TestQueueUnderFaultsLong|TestTxnUnderFaultsLong' ./e2e/
 
 FUZZTIME ?= 60s
 fuzz: ## fuzz every decoder of untrusted bytes (every FuzzXxx target) for FUZZTIME each

@@ -414,6 +414,8 @@ type faultCluster struct {
 	net     *netFaults
 	rewrite map[int32]string // node id -> its RUNNEL_DIAL_REWRITE
 	ids     []int32
+	diskMu  sync.Mutex
+	disks   map[int32]bool // nodes whose data dir is a tmpfs of its own (mountDisk, diskfault_test.go)
 }
 
 // newFaultCluster prepares n nodes (the first `voters` of them controller voters) and the proxies of

@@ -22,6 +22,16 @@ import (
 //   - "assign", "revoke", "lost": a group consumer's partitions changed (a rebalance), type ok.
 //   - "read": one record a final reader read after the run (partition, offset, value), type ok.
 //
+// The transactional workload (txnwork_test.go) adds, on its output topic:
+//   - "txn": a copier's transaction (Txn its name, Offset its number of records): invoke when it
+//     began, then ok (committed), fail (aborted: AbortTransaction succeeded) or info (unknown: the
+//     abort failed, the copier was fenced or killed);
+//   - "cread": one record a read_committed reader read (the live readers "r1", "r2" during the run,
+//     "final-rc" after it), with the transaction named in its header (Txn);
+//   - "uread": one record the read_uncommitted final reader ("final-ru") read, with its Txn;
+//   - "group-offset": the copiers' group's committed offset of an input partition at the end;
+//   - "kill", "exit": a copier killed by the workload, a copier process that ended (Err: its status).
+//
 // Every event has an index (its position in the history) and the time since the run started.
 
 // event is one entry of a history.
@@ -35,6 +45,7 @@ type event struct {
 	Partition int32
 	Offset    int64
 	Parts     []int32 // assign, revoke, lost
+	Txn       string  // txn, cread, uread: the transaction's name
 	Err       string
 }
 
@@ -48,8 +59,13 @@ func (e event) String() string {
 		}
 	case "poll", "read":
 		s += fmt.Sprintf(" %s p%d@%d", e.Value, e.Partition, e.Offset)
-	case "commit":
+	case "commit", "group-offset":
 		s += fmt.Sprintf(" p%d=%d", e.Partition, e.Offset)
+	case "txn":
+		s += fmt.Sprintf(" %s n=%d", e.Txn, e.Offset)
+	case "cread", "uread":
+		s += fmt.Sprintf(" %s p%d@%d txn=%s", e.Value, e.Partition, e.Offset, e.Txn)
+	case "kill", "exit", "caught-up":
 	default:
 		s += fmt.Sprintf(" %v", e.Parts)
 	}
@@ -87,7 +103,7 @@ func (h *history) snapshot() []event {
 
 // anomaly is one violation the checker found, with the smallest excerpt of the history showing it.
 type anomaly struct {
-	Kind    string // "lost", "duplicate", "reorder", "divergent-read", "offset-mismatch", "skip", "backwards"
+	Kind    string // "lost", "duplicate", "reorder", "divergent-read", "offset-mismatch", "skip", "backwards", "never-read", and checkTxn's
 	What    string
 	Excerpt []event
 }
@@ -142,7 +158,14 @@ type pos struct {
 //     position;
 //   - skip, backwards: a group member that, between two records of a partition with no rebalance of its
 //     own in between, jumped over a record the log has, or went back to an offset at or below one it
-//     had already received.
+//     had already received;
+//   - never-read: a record in the log (an acknowledged write, or an unknown-outcome one that made it)
+//     that no group member received although the group committed past it: its offset is below the
+//     highest offset a member committed successfully for the partition. The group's commit claims it
+//     consumed everything before that offset, so the check is sound whatever the rebalances were, and
+//     says nothing about a partition's records at or above its last commit (nor about a partition the
+//     group never committed, e.g. never assigned). The workload lets the group catch up with the high
+//     watermarks before the final read, so there the whole log is covered.
 //
 // The final reads are the log: readers are expected to have read every partition from the start to
 // its high watermark.
@@ -334,6 +357,52 @@ func check(events []event) checkResult {
 			prev[k] = e
 		}
 	}
+	// Records the group committed past without any member receiving them.
+	committed := map[int32]int64{}  // partition -> highest offset committed successfully
+	commitEv := map[int32][]event{} // partition -> its successful commits, in history order
+	for _, e := range events {
+		if e.F == "commit" && e.Type == "ok" {
+			committed[e.Partition] = max(committed[e.Partition], e.Offset)
+			commitEv[e.Partition] = append(commitEv[e.Partition], e)
+		}
+	}
+	parts := make([]int32, 0, len(logPos))
+	for part := range logPos {
+		parts = append(parts, part)
+	}
+	slices.Sort(parts)
+	for _, part := range parts {
+		for _, off := range logPos[part] {
+			if off >= committed[part] {
+				break
+			}
+			p := pos{part, off}
+			polled := false
+			var read event
+			for _, e := range readAt[p] {
+				switch e.F {
+				case "poll":
+					polled = true
+				case "read":
+					read = e
+				}
+			}
+			if polled {
+				continue
+			}
+			ex := excerpt(read.Value, read)
+			for _, c := range commitEv[part] { // the first commit that covered it
+				if c.Offset > off {
+					ex = append(ex, c)
+					break
+				}
+			}
+			slices.SortFunc(ex, func(a, b event) int { return cmp.Compare(a.Index, b.Index) })
+			report(anomaly{Kind: "never-read", What: fmt.Sprintf("%s at p%d@%d: no group member received it, the group committed p%d=%d", read.Value, part, off, part, committed[part]),
+				Excerpt: ex})
+		}
+	}
+
 	r.Counts = kinds
 	for kind, n := range kinds {
 		if n > maxPerKind {

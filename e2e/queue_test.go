@@ -22,8 +22,10 @@ type queueWorkload struct {
 	topic      string
 	partitions int32
 	group      string
-	stop       chan struct{}
+	stop       chan struct{} // closed: the producers stop
+	stopGroup  chan struct{} // closed: the group members stop
 	wg         sync.WaitGroup
+	wgGroup    sync.WaitGroup
 }
 
 // queueConfig sizes the workload.
@@ -57,13 +59,13 @@ func startQueue(t testing.TB, brokers []string, topic string, partitions int32, 
 		}
 		return nil
 	})
-	w := &queueWorkload{t: t, h: newHistory(), brokers: brokers, topic: topic, partitions: partitions, group: topic + "-group", stop: make(chan struct{})}
+	w := &queueWorkload{t: t, h: newHistory(), brokers: brokers, topic: topic, partitions: partitions, group: topic + "-group", stop: make(chan struct{}), stopGroup: make(chan struct{})}
 	for i := 1; i <= cfg.producers; i++ {
 		w.wg.Add(1)
 		go w.produce(fmt.Sprintf("p%d", i), cfg)
 	}
 	for i := 1; i <= cfg.members; i++ {
-		w.wg.Add(1)
+		w.wgGroup.Add(1)
 		go w.consume(fmt.Sprintf("g%d", i))
 	}
 	return w
@@ -115,7 +117,7 @@ func (w *queueWorkload) produce(proc string, cfg queueConfig) {
 
 // consume is one group member's loop until stop: poll, record, commit synchronously, record.
 func (w *queueWorkload) consume(proc string) {
-	defer w.wg.Done()
+	defer w.wgGroup.Done()
 	parts := func(f string) client.PartitionsFunc {
 		return func(_ context.Context, _ *client.GroupConsumer, tps []client.TopicPartition) {
 			var ps []int32
@@ -139,7 +141,7 @@ func (w *queueWorkload) consume(proc string) {
 	}
 	for {
 		select {
-		case <-w.stop:
+		case <-w.stopGroup:
 			return
 		default:
 		}
@@ -170,14 +172,71 @@ func (w *queueWorkload) consume(proc string) {
 	}
 }
 
-// close stops the producers and members and waits for every outcome.
-func (w *queueWorkload) close() {
+// stopProducers stops the producers and waits for the outcome of every send.
+func (w *queueWorkload) stopProducers() {
 	select {
 	case <-w.stop:
 	default:
 		close(w.stop)
 	}
 	w.wg.Wait()
+}
+
+// close stops the producers and members and waits for every outcome.
+func (w *queueWorkload) close() {
+	w.stopProducers()
+	select {
+	case <-w.stopGroup:
+	default:
+		close(w.stopGroup)
+	}
+	w.wgGroup.Wait()
+}
+
+// catchUp waits (the producers stopped, the cluster whole) until the group has committed every
+// partition up to its high watermark, so the never-read check covers the whole log, and records the
+// result in the history ("caught-up", ok or fail with the lag left). It returns an error after timeout.
+func (w *queueWorkload) catchUp(timeout time.Duration) error {
+	adm, err := client.NewAdmin(w.brokers, client.WithRequestTimeout(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := groupCaughtUp(adm, w.group, w.topic, w.partitions)
+		if err == nil {
+			w.h.add(event{Process: "group", Type: "ok", F: "caught-up"})
+			return nil
+		}
+		if time.Now().After(deadline) {
+			w.h.add(event{Process: "group", Type: "fail", F: "caught-up", Err: err.Error()})
+			return fmt.Errorf("group %s did not catch up within %v: %w", w.group, timeout, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// groupCaughtUp returns nil when group has a commit for each of topic's partitions at its high
+// watermark, else what is left.
+func groupCaughtUp(adm *client.Admin, group, topic string, partitions int32) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lags, err := adm.GroupLag(ctx, group)
+	if err != nil {
+		return err
+	}
+	lag, known := int64(0), int32(0)
+	for _, l := range lags {
+		if l.Topic == topic && l.Committed >= 0 && l.Lag >= 0 {
+			lag += l.Lag
+			known++
+		}
+	}
+	if lag > 0 || known < partitions {
+		return fmt.Errorf("lag %d over %d of %d partitions committed", lag, known, partitions)
+	}
+	return nil
 }
 
 // finalRead reads every partition from the start to its high watermark as reader proc. The cluster

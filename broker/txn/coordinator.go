@@ -332,7 +332,8 @@ func (c *Coordinator) AddOffsetsToTxn(now time.Time, req *runnelv1.AddOffsetsToT
 // ongoing it is a no-op, answered success: a retried EndTxn of the transaction just ended, an abort
 // with nothing to abort, or a commit of a transaction that added nothing (txn.proto calls the last
 // INVALID_TXN_STATE; committing nothing is harmless, so it is not refused). Errors: those of
-// producer, INVALID_TXN_STATE (ending with the opposite decision of the one being carried out).
+// producer, INVALID_TXN_STATE (ending with the opposite decision of the one being carried out or just
+// completed).
 func (c *Coordinator) EndTxn(now time.Time, req *runnelv1.EndTxnRequest) ([]Record, error) {
 	id, m, err := c.producer(req.GetProducer())
 	if err != nil {
@@ -346,7 +347,11 @@ func (c *Coordinator) EndTxn(now time.Time, req *runnelv1.EndTxnRequest) ([]Reco
 		}
 		m.updateMs = now.UnixMilli()
 		return []Record{record(id, m)}, nil
-	case m.state == runnelv1.TxnState_TXN_PREPARE_COMMIT && !req.Commit, m.state == runnelv1.TxnState_TXN_PREPARE_ABORT && req.Commit:
+	case m.state == runnelv1.TxnState_TXN_PREPARE_COMMIT && !req.Commit, m.state == runnelv1.TxnState_TXN_PREPARE_ABORT && req.Commit,
+		// The transaction just ended the other way: a producer whose commit timed out and that now
+		// aborts must not be told its committed records were aborted (it would redo them), as in
+		// Kafka.
+		m.state == runnelv1.TxnState_TXN_COMPLETE_COMMIT && !req.Commit, m.state == runnelv1.TxnState_TXN_COMPLETE_ABORT && req.Commit:
 		return nil, rerr.New(runnelv1.ErrorCode_INVALID_TXN_STATE, "transactional id %q: cannot %s, the transaction is in %v",
 			id, map[bool]string{true: "commit", false: "abort"}[req.Commit], m.state)
 	}

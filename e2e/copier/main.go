@@ -9,8 +9,17 @@
 // value's "origin" field upper-cased (the flight records' airport code) or, for other values, their
 // length, so the checker can tell which input each output stands for.
 //
+// With -txn-header (off by default) the copier also makes its transactions checkable (the fault
+// workload of e2e/txnwork_test.go): every output record carries the headers "txn" (the transaction's
+// name "TRANSACTIONAL_ID/INCARNATION/SEQ", unique across restarts) and "txn-n" (how many records the
+// transaction wrote), and the copier prints each transaction's begin and outcome on stdout, one line
+// each: "txn begin NAME N", "txn commit NAME N" (CommitTransaction succeeded), "txn abort NAME N ERR"
+// (AbortTransaction succeeded), "txn unknown NAME N ERR" (the abort failed or the producer was fenced:
+// the coordinator decides). A kill -9 leaves a begin without an outcome.
+//
 // Exit codes: 0 after SIGTERM/SIGINT, 2 when fenced by a newer copier with the same transactional id,
-// 1 on any other fatal error.
+// 3 when a transaction's outcome is unknown (neither its commit nor its abort went through: restart
+// it, and it resumes from the group's committed offsets), 1 on any other fatal error.
 package main
 
 import (
@@ -37,6 +46,7 @@ func main() {
 	txnID := flag.String("transactional-id", "", "transactional id (one per copier slot, stable across restarts)")
 	txnMax := flag.Int("txn-records", 200, "records per transaction at most")
 	work := flag.Duration("work", 100*time.Millisecond, "simulated processing time per transaction, spent inside it")
+	header := flag.Bool("txn-header", false, "tag output records with the headers txn (name) and txn-n (records), and print each transaction's begin and outcome on stdout")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("transactional_id", *txnID)
 	if *in == "" || *out == "" || *txnID == "" {
@@ -45,11 +55,17 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *header {
+		tagger = &txnTagger{prefix: fmt.Sprintf("%s/%x", *txnID, time.Now().UnixNano())}
+	}
 	err := run(ctx, log, strings.Split(*brokers, ","), *group, *in, *out, *txnID, *txnMax, *work)
 	switch {
 	case errors.Is(err, client.ErrProducerFenced):
 		log.Warn("fenced by a newer copier", "err", err)
 		os.Exit(2)
+	case errors.Is(err, errOutcomeUnknown):
+		log.Warn("a transaction's outcome is unknown; restart to resume from the committed offsets", "err", err)
+		os.Exit(3)
 	case err != nil && ctx.Err() == nil:
 		log.Error("copier failed", "err", err)
 		os.Exit(1)
@@ -89,7 +105,7 @@ func run(ctx context.Context, log *slog.Logger, brokers []string, group, in, out
 		for queue := recs; len(queue) > 0; {
 			n := min(len(queue), txnMax)
 			if err := copyOnce(ctx, cons, prod, queue[:n], out, work); err != nil {
-				if errors.Is(err, client.ErrProducerFenced) || ctx.Err() != nil {
+				if errors.Is(err, client.ErrProducerFenced) || errors.Is(err, errOutcomeUnknown) || ctx.Err() != nil {
 					return err
 				}
 				log.Info("transaction aborted; its input is read again", "records", n, "err", err)
@@ -118,17 +134,24 @@ func seekFirst(cons *client.GroupConsumer, recs []*client.Record) {
 
 // copyOnce copies recs in one transaction with their offsets, spending work inside it. On failure it
 // aborts (the caller moves the consumer back).
+// errOutcomeUnknown: a transaction neither committed nor aborted as far as the copier knows. Going on
+// could copy its input twice (if it committed) or skip it; the copier exits instead, and its
+// restart reads the group's committed offsets, which say what the transaction did.
+var errOutcomeUnknown = errors.New("transaction outcome unknown")
+
 func copyOnce(ctx context.Context, cons *client.GroupConsumer, prod *client.Producer, recs []*client.Record, out string, work time.Duration) error {
 	next := map[client.TopicPartition]client.OffsetAndMetadata{}
 	for _, r := range recs {
 		next[client.TopicPartition{Topic: r.Topic, Partition: r.Partition}] = client.OffsetAndMetadata{Offset: r.Offset + 1}
 	}
 	err := prod.BeginTransaction()
+	var headers []client.Header
 	if err == nil {
+		headers = tagger.begin(len(recs))
 		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		defer cancel()
 		for _, r := range recs {
-			prod.Produce(tctx, &client.Record{Topic: out, Partition: r.Partition, Key: r.Key,
+			prod.Produce(tctx, &client.Record{Topic: out, Partition: r.Partition, Key: r.Key, Headers: headers,
 				Value: fmt.Appendf(nil, "%d/%d/%s", r.Partition, r.Offset, transform(r.Value))}, nil)
 		}
 		select { // the processing a real stream function does between its reads and its commit
@@ -137,20 +160,66 @@ func copyOnce(ctx context.Context, cons *client.GroupConsumer, prod *client.Prod
 		}
 		if err = prod.SendOffsetsToTransaction(tctx, next, cons.GroupMetadata()); err == nil {
 			err = prod.CommitTransaction(tctx)
+			// A commit that ran out of time may have been decided: ask again (a repeated commit of a
+			// committed transaction succeeds) rather than abort, which the coordinator refuses for a
+			// committed transaction.
+			for i := 0; i < 3 && err != nil && ctx.Err() == nil && !errors.Is(err, client.ErrTransactionFailed) && !errors.Is(err, client.ErrProducerFenced); i++ {
+				rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+				err = prod.CommitTransaction(rctx)
+				rcancel()
+			}
 		}
 	}
 	if err == nil {
+		tagger.outcome(headers, "commit", nil)
 		return nil
 	}
 	if errors.Is(err, client.ErrProducerFenced) {
+		tagger.outcome(headers, "unknown", err)
 		return err
 	}
 	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if aerr := prod.AbortTransaction(actx); aerr != nil {
-		return errors.Join(err, fmt.Errorf("abort: %w", aerr))
+		tagger.outcome(headers, "unknown", errors.Join(err, aerr))
+		return errors.Join(errOutcomeUnknown, err, fmt.Errorf("abort: %w", aerr))
 	}
+	tagger.outcome(headers, "abort", err)
 	return err
+}
+
+// tagger is the -txn-header tagging, nil without the flag.
+var tagger *txnTagger
+
+// txnTagger names the copier's transactions "PREFIX/SEQ" (PREFIX: the transactional id and the
+// process's start time in hex nanoseconds, so names stay unique across restarts) and reports them on
+// stdout. Only the copy loop's goroutine uses it.
+type txnTagger struct {
+	prefix string
+	seq    int
+}
+
+// begin names the next transaction of n records and returns its headers (nil on a nil tagger).
+func (t *txnTagger) begin(n int) []client.Header {
+	if t == nil {
+		return nil
+	}
+	t.seq++
+	name := fmt.Sprintf("%s/%d", t.prefix, t.seq)
+	fmt.Printf("txn begin %s %d\n", name, n)
+	return []client.Header{{Key: "txn", Value: []byte(name)}, {Key: "txn-n", Value: []byte(fmt.Sprint(n))}}
+}
+
+// outcome prints what became of the transaction of headers: commit, abort or unknown.
+func (t *txnTagger) outcome(headers []client.Header, what string, err error) {
+	if t == nil || len(headers) < 2 {
+		return
+	}
+	line := fmt.Sprintf("txn %s %s %s", what, headers[0].Value, headers[1].Value)
+	if err != nil {
+		line += " " + strings.ReplaceAll(err.Error(), "\n", " ")
+	}
+	fmt.Println(line)
 }
 
 // transform is the copier's work on a value: the flight record's origin airport upper-cased.
