@@ -15,3 +15,13 @@ func fileDiskSize(info fs.FileInfo) int64 {
 	}
 	return info.Size()
 }
+
+// freeBytes returns the bytes of dir's filesystem available to this process (statfs f_bavail), or -1
+// when the system does not say.
+func freeBytes(dir string) int64 {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return -1
+	}
+	return int64(st.Bavail) * int64(st.Bsize)
+}

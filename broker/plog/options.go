@@ -45,7 +45,15 @@ type Options struct {
 	Fsync            bool          // true: fsync group-committed before acks=all (Sync) appends return and before the HW moves
 	GCInterval       time.Duration // value-log GC period (default 1 min; < 0 disables the periodic GC, RunValueLogGC still works)
 	Logger           *slog.Logger  // nil: slog.Default(); Badger's own messages go here at Warn and above (Info as Debug)
+	// MinFreeBytes is the free space the store keeps on its filesystem: appends that would leave less
+	// are refused with KAFKA_STORAGE_ERROR until space is freed (default DefaultMinFreeBytes; < 0: no
+	// check). Badger writes its value log through a memory map, so a full disk would otherwise end the
+	// process with SIGBUS instead of an error.
+	MinFreeBytes int64
 }
+
+// DefaultMinFreeBytes is Options.MinFreeBytes's default.
+const DefaultMinFreeBytes = 64 << 20
 
 // DefaultOptions returns the defaults for a store in dir, with Fsync on.
 func DefaultOptions(dir string) Options {
@@ -65,6 +73,9 @@ func DefaultOptions(dir string) Options {
 func (o Options) withDefaults() Options {
 	if o.MemTableSize <= 0 {
 		o.MemTableSize = DefaultMemTableSize
+	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = DefaultMinFreeBytes
 	}
 	if o.NumMemtables <= 0 {
 		o.NumMemtables = DefaultNumMemtables

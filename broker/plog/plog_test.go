@@ -1001,3 +1001,39 @@ func TestStoredPartitions(t *testing.T) {
 		t.Fatalf("after a delete: %v", got)
 	}
 }
+
+// TestDiskGuard: a store whose filesystem has less free space than MinFreeBytes refuses appends with
+// KAFKA_STORAGE_ERROR (retriable) and stores nothing, instead of letting Badger's memory-mapped value
+// log run into a full disk (SIGBUS); with room, the same append goes through.
+func TestDiskGuard(t *testing.T) {
+	o := testOptions(t, false)
+	free := freeBytes(o.Dir)
+	if free < 0 {
+		t.Skip("this system does not report free space")
+	}
+	o.MinFreeBytes = free + 1<<40 // more than the filesystem will ever have
+	s, err := Open(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := mustPartition(t, s, pid)
+	_, err = p.Append(context.Background(), valueBatch(t, "full", 3, 1), AppendOptions{Sync: true, LogAppendTime: -1})
+	if !isErr(err, rerr.ErrStorage) || !rerr.Retriable(rerr.FromError(err).Code) {
+		t.Fatalf("append on a full disk: %v, want a retriable KAFKA_STORAGE_ERROR", err)
+	}
+	if p.LogEndOffset() != 0 {
+		t.Fatalf("a refused append moved the log end to %d", p.LogEndOffset())
+	}
+
+	o2 := testOptions(t, false)
+	o2.MinFreeBytes = 1 << 20
+	s2, err := Open(o2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if _, err := mustPartition(t, s2, pid).Append(context.Background(), valueBatch(t, "room", 3, 1), AppendOptions{Sync: true, LogAppendTime: -1}); err != nil {
+		t.Fatalf("append with room: %v", err)
+	}
+}

@@ -38,6 +38,7 @@ type Store struct {
 	opts Options
 	db   *badger.DB
 	log  *slog.Logger
+	disk diskGuard // refuses appends when the filesystem runs out of room
 
 	// lifeMu guards the DB's lifetime: every method that touches db holds it for reading and fails with
 	// ErrClosed once closed is set; Close takes it for writing before db.Close, so no call ever reaches
@@ -442,6 +443,9 @@ func (r *appendReq) finish(err error) {
 
 // enqueue hands r to the writer goroutine.
 func (s *Store) enqueue(r *appendReq) error {
+	if err := s.disk.reserve(s.opts, r.bytes); err != nil {
+		return fmt.Errorf("%s: %w", r.what(), err)
+	}
 	s.qmu.Lock()
 	switch {
 	case s.qclosed:
@@ -903,4 +907,48 @@ func (s *Store) StoredPartitions() ([]PartitionID, error) {
 		return cmp.Compare(a.Partition, b.Partition)
 	})
 	return out, nil
+}
+
+// diskGuard refuses appends that would leave the store's filesystem with less than
+// Options.MinFreeBytes free. It asks the filesystem at most every diskCheckEvery and, in between,
+// counts what was let through twice (the value log, then the LSM tree as memtables flush), so a burst
+// cannot run past the reserve between two looks. Refusals are KAFKA_STORAGE_ERROR, retriable: once
+// retention, compaction or an operator frees space, appends go on.
+type diskGuard struct {
+	mu      sync.Mutex
+	checked time.Time
+	free    int64 // at the last look, minus what was let through since; -1: unknown
+	full    bool  // the last refusal was logged
+}
+
+// diskCheckEvery bounds how stale the guard's view of the free space is.
+const diskCheckEvery = 250 * time.Millisecond
+
+func (g *diskGuard) reserve(opts Options, n int64) error {
+	if opts.MinFreeBytes < 0 || n == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if time.Since(g.checked) > diskCheckEvery || g.free-2*n < opts.MinFreeBytes {
+		g.free, g.checked = freeBytes(opts.Dir), time.Now()
+	}
+	if g.free < 0 {
+		return nil // the system does not say
+	}
+	if g.free-2*n < opts.MinFreeBytes {
+		if !g.full {
+			g.full = true
+			opts.Logger.Error("disk almost full: appends refused until space is freed", "dir", opts.Dir,
+				"free_bytes", g.free, "min_free_bytes", opts.MinFreeBytes)
+		}
+		return rerr.New(runnelv1.ErrorCode_KAFKA_STORAGE_ERROR, "the disk of %s has %d MiB free, below the %d MiB the store keeps free: appends are refused until space is freed",
+			opts.Dir, g.free>>20, opts.MinFreeBytes>>20)
+	}
+	if g.full {
+		g.full = false
+		opts.Logger.Info("disk space freed: appends accepted again", "dir", opts.Dir, "free_bytes", g.free)
+	}
+	g.free -= 2 * n
+	return nil
 }
