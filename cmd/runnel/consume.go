@@ -148,10 +148,20 @@ printed. With --end, a partition whose transaction is still open is waited for.`
 				if ends != nil && reachedEnds(c, topic, ends) {
 					return nil
 				}
-				recs, err := c.Poll(ctx)
+				pctx, cancel := ctx, context.CancelFunc(func() {})
+				if ends != nil {
+					// Poll returns only records: a position that moves over aborted records and
+					// transaction markers alone reaches the end without one.
+					pctx, cancel = context.WithTimeout(ctx, endPoll)
+				}
+				recs, err := c.Poll(pctx)
+				cancel()
 				if err != nil {
 					if ctx.Err() != nil {
 						return nil // Ctrl-C ends a follow
+					}
+					if ends != nil && errors.Is(err, context.DeadlineExceeded) {
+						continue
 					}
 					return fmt.Errorf("consume %s: %w", topic, err)
 				}
@@ -227,9 +237,10 @@ func reachedEnds(c *client.Consumer, topic string, ends map[int32]int64) bool {
 	return true
 }
 
-// groupEndPoll is how long a Poll waits in `consume --group --end` before the ends are checked again:
-// a member whose partitions are all read has nothing to wait for.
-const groupEndPoll = 200 * time.Millisecond
+// endPoll is how long a Poll waits in `consume --end` before the ends are checked again: a member whose
+// partitions are all read has nothing to wait for, and a position can reach the end over aborted
+// records and transaction markers, which Poll does not return.
+const endPoll = 200 * time.Millisecond
 
 // consumeGroup is `consume --group`: a group member printing records. A record counts as processed
 // once it is printed; auto-commit and the commit on exit store the offsets after the printed records,
@@ -278,7 +289,7 @@ loop:
 		}
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if toEnd {
-			pctx, cancel = context.WithTimeout(ctx, groupEndPoll)
+			pctx, cancel = context.WithTimeout(ctx, endPoll)
 		}
 		recs, err := gc.Poll(pctx)
 		cancel()

@@ -91,12 +91,30 @@ func TestCLITransactions(t *testing.T) {
 		t.Fatal("partition 0 (no open transaction) read nothing")
 	}
 
+	// A read_committed reader to the end of partition 1 waits for the open transaction, and ends once it
+	// is aborted, although the abort brings it no record (only the aborted one and a marker).
+	waiting := make(chan cliResult, 1)
+	go func() { waiting <- runCLI(t, "", "consume", "tx", "--isolation", "read_committed", "-p", "1", "--end", "-o", "json", b) }()
+	select {
+	case r := <-waiting:
+		t.Fatalf("consume --end returned while the transaction was open: exit %d, %s", r.code, r.stderr)
+	case <-time.After(time.Second):
+	}
+
 	var ab txnAbortView
 	if err := json.Unmarshal([]byte(mustCLI(t, "", "txn", "abort", "stuck", "-o", "json", b).stdout), &ab); err != nil {
 		t.Fatal(err)
 	}
 	if ab.ProducerID != pid || ab.ProducerEpoch <= epoch {
 		t.Fatalf("txn abort: %+v (producer %d epoch %d before)", ab, pid, epoch)
+	}
+	select {
+	case r := <-waiting:
+		if r.code != 0 || len(parseJSONLines(t, r.stdout)) == 0 {
+			t.Fatalf("consume --end after the abort: exit %d, stdout %q, stderr %s", r.code, r.stdout, r.stderr)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("consume --isolation read_committed --end did not end within 20 s of the abort")
 	}
 	// The aborted record is never read committed, and read uncommitted it is there.
 	if got := parseJSONLines(t, mustCLI(t, "", "consume", "tx", "--isolation", "read_committed", "--end", "-o", "json", b).stdout); len(got) != 3000 {
