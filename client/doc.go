@@ -50,21 +50,37 @@
 //	err = p.InitTransactions(ctx) // fences any previous producer with this id
 //	g, err := client.NewGroupConsumer(brokers, "enricher", client.WithAutoCommit(false),
 //		client.WithIsolationLevel(client.ReadCommitted))
+//	err = g.Subscribe("orders")
 //	for {
-//		recs, err := g.Poll(ctx)
+//		recs, err := g.Poll(ctx) // returns when records arrive or ctx ends
 //		err = p.BeginTransaction()
+//		first := map[client.TopicPartition]int64{} // where to go back to if the transaction aborts
 //		offsets := map[client.TopicPartition]client.OffsetAndMetadata{}
 //		for _, r := range recs {
+//			tp := client.TopicPartition{Topic: r.Topic, Partition: r.Partition}
+//			if _, ok := first[tp]; !ok {
+//				first[tp] = r.Offset
+//			}
 //			p.Produce(ctx, client.NewRecord("enriched", r.Key, enrich(r.Value)), nil)
-//			offsets[client.TopicPartition{Topic: r.Topic, Partition: r.Partition}] = client.OffsetAndMetadata{Offset: r.Offset + 1}
+//			offsets[tp] = client.OffsetAndMetadata{Offset: r.Offset + 1}
 //		}
-//		err = p.SendOffsetsToTransaction(ctx, offsets, g.GroupMetadata())
-//		if err = p.CommitTransaction(ctx); errors.Is(err, client.ErrProducerFenced) {
+//		if err = p.SendOffsetsToTransaction(ctx, offsets, g.GroupMetadata()); err == nil {
+//			err = p.CommitTransaction(ctx) // if ctx ran out, calling it again is safe
+//		}
+//		if errors.Is(err, client.ErrProducerFenced) {
 //			return err // a newer instance took over: stop
 //		} else if err != nil {
-//			err = p.AbortTransaction(ctx) // then Seek back to the committed offsets and redo
+//			if err := p.AbortTransaction(ctx); err != nil {
+//				return err // outcome unknown: restart, and resume from the group's committed offsets
+//			}
+//			for tp, off := range first {
+//				g.Seek(tp.Topic, tp.Partition, off) // read the aborted records again
+//			}
 //		}
 //	}
+//
+// e2e/copier is this loop as a program; the e2e tests kill it with kill -9 while it works and check
+// that every input record is in the output exactly once.
 //
 // Options are functional (With...), each documented with its default and the Kafka property it
 // mirrors; the constructors validate them once. Shared options (WithClientID, WithRequestTimeout,
