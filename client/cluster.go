@@ -11,6 +11,7 @@ import (
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -57,6 +58,9 @@ func newCluster(brokers []string, cfg commonConfig) (*cluster, error) {
 		topics: map[string]*topicMeta{}}, nil
 }
 
+// connectTimeout bounds one attempt to connect to a broker (TCP and the HTTP/2 handshake).
+const connectTimeout = 3 * time.Second
+
 // dial returns the connection to addr, creating it on first use. grpc.NewClient connects lazily and
 // reconnects by itself, so one ClientConn per address lives as long as the cluster.
 func (c *cluster) dial(addr string) (*grpc.ClientConn, error) {
@@ -78,6 +82,11 @@ func (c *cluster) dial(addr string) (*grpc.ClientConn, error) {
 		grpc.WithInitialConnWindowSize(16 << 20),
 		grpc.WithReadBufferSize(256 << 10),
 		grpc.WithWriteBufferSize(256 << 10),
+		// A broker that accepts connections but does not answer (paused, overloaded) fails the
+		// connection attempt after connectTimeout, and the calls waiting on it with it, so the retry
+		// goes to another broker instead of spending the whole request timeout on this one (gRPC's
+		// default is 20 s).
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}),
 	}
 	opts = append(opts, c.cfg.dialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)

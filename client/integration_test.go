@@ -1263,3 +1263,52 @@ func TestLogAppendTime(t *testing.T) {
 		}
 	}
 }
+
+// TestSilentBrokerInBootstrap: a bootstrap address that accepts connections but never answers (a
+// paused broker: the kernel completes the TCP handshake, the process says nothing) costs one connection
+// attempt, not the whole request timeout: the call goes on to the next address and succeeds.
+func TestSilentBrokerInBootstrap(t *testing.T) {
+	addr := startNode(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() { // accept and hold every connection, answering nothing
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	adm, err := client.NewAdmin([]string{ln.Addr().String(), addr, ln.Addr().String()}, client.WithRequestTimeout(20*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	for i := range 3 { // whichever address the rotation starts with
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := adm.ListTopics(ctx, false)
+		cancel()
+		if err != nil {
+			t.Fatalf("list topics %d with a silent broker first: %v after %v", i, err, time.Since(start))
+		}
+		if d := time.Since(start); d > 15*time.Second {
+			t.Fatalf("list topics %d took %v: the silent broker held the call", i, d)
+		}
+	}
+}
