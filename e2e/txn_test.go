@@ -199,9 +199,11 @@ func readAll(t *testing.T, c *cluster, topic string, partitions int32, iso clien
 func TestTransactionalCopier(t *testing.T) {
 	// Small transactions with simulated work keep the copiers busy through the fault window, so kills
 	// land inside transactions.
-	n, window, copierArgs := 30_000, 50*time.Second, []string{"-txn-records", "100", "-work", "150ms"}
+	// -txn-header names each transaction in its records' headers and in the copier's log, so a failed
+	// check can say which transactions the records came from and how they ended.
+	n, window, copierArgs := 30_000, 50*time.Second, []string{"-txn-records", "100", "-work", "150ms", "-txn-header"}
 	if os.Getenv("RUNNEL_LONG") == "1" {
-		n, window, copierArgs = 0, 4*time.Minute, []string{"-txn-records", "2000", "-work", "50ms"}
+		n, window, copierArgs = 0, 4*time.Minute, []string{"-txn-records", "2000", "-work", "50ms", "-txn-header"}
 	}
 	c := startCluster(t, 3, 3)
 	adm := c.admin()
@@ -228,7 +230,13 @@ func TestTransactionalCopier(t *testing.T) {
 		if t.Failed() {
 			for slot := range copiers {
 				b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("copier-%d.log", slot)))
-				t.Logf("---- copier %d log ----\n%s", slot, tailLines(string(b), 30))
+				var notable []string
+				for _, l := range strings.Split(string(b), "\n") {
+					if l != "" && !strings.Contains(l, "copier started") {
+						notable = append(notable, l)
+					}
+				}
+				t.Logf("---- copier %d log (without starts) ----\n%s", slot, tailLines(strings.Join(notable, "\n"), 60))
 			}
 		}
 	})
@@ -317,7 +325,7 @@ func TestTransactionalCopier(t *testing.T) {
 	got := readAll(t, c, out, parts, client.ReadCommitted)
 	seen, copies := map[string]int{}, 0
 	for part := int32(0); part < parts; part++ {
-		lastIn := int64(-1)
+		lastIn, lastRec := int64(-1), (*client.Record)(nil)
 		for _, r := range got[part] {
 			copies++
 			f := strings.SplitN(string(r.Value), "/", 3)
@@ -330,9 +338,10 @@ func TestTransactionalCopier(t *testing.T) {
 				t.Fatalf("%s-%d@%d copies %s-%d", out, part, r.Offset, in, inPart)
 			}
 			if inOff <= lastIn {
-				t.Fatalf("%s-%d@%d copies input offset %d after %d: out of input order", out, part, r.Offset, inOff, lastIn)
+				t.Fatalf("%s-%d@%d copies input offset %d after %d: out of input order; %s; the previous record %s",
+					out, part, r.Offset, inOff, lastIn, copierTxnOf(dir, r), copierTxnOf(dir, lastRec))
 			}
-			lastIn = inOff
+			lastIn, lastRec = inOff, r
 			if inOff >= int64(len(input[part])) {
 				t.Fatalf("%s-%d@%d copies input offset %d beyond the input's %d records", out, part, r.Offset, inOff, len(input[part]))
 			}
@@ -475,4 +484,31 @@ func tailLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// copierTxnOf says which copier transaction wrote r (its "txn" header) and how the copiers' logs say it ended.
+func copierTxnOf(dir string, r *client.Record) string {
+	if r == nil {
+		return "none"
+	}
+	name := ""
+	for _, h := range r.Headers {
+		if h.Key == "txn" {
+			name = string(h.Value)
+		}
+	}
+	if name == "" {
+		return fmt.Sprintf("@%d has no txn header", r.Offset)
+	}
+	var lines []string
+	logs, _ := filepath.Glob(filepath.Join(dir, "copier-*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, name+" ") {
+				lines = append(lines, line)
+			}
+		}
+	}
+	return fmt.Sprintf("@%d written by transaction %s: %q", r.Offset, name, lines)
 }

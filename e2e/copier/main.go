@@ -18,8 +18,9 @@
 // the coordinator decides). A kill -9 leaves a begin without an outcome.
 //
 // Exit codes: 0 after SIGTERM/SIGINT, 2 when fenced by a newer copier with the same transactional id,
-// 3 when a transaction's outcome is unknown (neither its commit nor its abort went through: restart
-// it, and it resumes from the group's committed offsets), 1 on any other fatal error.
+// 3 when a transaction's outcome is unknown (neither its commit nor its abort went through) or the
+// coordinator aborted it past its timeout (restart it: it resumes from the group's committed
+// offsets), 1 on any other fatal error.
 package main
 
 import (
@@ -60,6 +61,11 @@ func main() {
 	}
 	err := run(ctx, log, strings.Split(*brokers, ","), *group, *in, *out, *txnID, *txnMax, *work)
 	switch {
+	case errors.Is(err, client.ErrProducerFenced) && errors.Is(err, client.ErrTransactionAborted):
+		// Not a newer copier: the coordinator aborted a transaction that outlived its timeout and
+		// bumped the epoch. A new incarnation resumes from the committed offsets.
+		log.Warn("transaction aborted by the coordinator's timeout; restart", "err", err)
+		os.Exit(3)
 	case errors.Is(err, client.ErrProducerFenced):
 		log.Warn("fenced by a newer copier", "err", err)
 		os.Exit(2)
