@@ -94,7 +94,9 @@ func TestCLITransactions(t *testing.T) {
 	// A read_committed reader to the end of partition 1 waits for the open transaction, and ends once it
 	// is aborted, although the abort brings it no record (only the aborted one and a marker).
 	waiting := make(chan cliResult, 1)
-	go func() { waiting <- runCLI(t, "", "consume", "tx", "--isolation", "read_committed", "-p", "1", "--end", "-o", "json", b) }()
+	go func() {
+		waiting <- runCLI(t, "", "consume", "tx", "--isolation", "read_committed", "-p", "1", "--end", "-o", "json", b)
+	}()
 	select {
 	case r := <-waiting:
 		t.Fatalf("consume --end returned while the transaction was open: exit %d, %s", r.code, r.stderr)
