@@ -197,3 +197,17 @@ func bytesIEC(n int64) string {
 	}
 	return humanize.IBytes(uint64(n))
 }
+
+// printList writes views as JSON (an array) when out is formatJSON, else as a table: header, then one
+// tab-separated row a view. The list verbs (group list, txn list, ...) share it.
+func printList[V any](w io.Writer, out string, views []V, header string, row func(V) string) error {
+	if out == formatJSON {
+		return printJSON(w, views)
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, header)
+	for _, v := range views {
+		fmt.Fprintln(tw, row(v))
+	}
+	return tw.Flush()
+}

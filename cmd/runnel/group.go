@@ -58,16 +58,9 @@ func newGroupListCmd(a *app) *cobra.Command {
 				for _, g := range gs {
 					views = append(views, groupSummaryView{Group: g.GroupID, State: g.State, Members: g.Members, Coordinator: g.CoordinatorID})
 				}
-				w := cmd.OutOrStdout()
-				if out == formatJSON {
-					return printJSON(w, views)
-				}
-				tw := newTable(w)
-				fmt.Fprintln(tw, "GROUP\tSTATE\tMEMBERS\tCOORDINATOR")
-				for _, v := range views {
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", v.Group, v.State, v.Members, v.Coordinator)
-				}
-				return tw.Flush()
+				return printList(cmd.OutOrStdout(), out, views, "GROUP\tSTATE\tMEMBERS\tCOORDINATOR", func(v groupSummaryView) string {
+					return fmt.Sprintf("%s\t%s\t%d\t%d", v.Group, v.State, v.Members, v.Coordinator)
+				})
 			})
 		},
 	}

@@ -64,16 +64,9 @@ PrepareAbort (decided, markers being written), CompleteCommit, CompleteAbort, De
 				for _, t := range ts {
 					views = append(views, txnSummaryView{TransactionalID: t.TransactionalID, ProducerID: t.ProducerID, State: t.State, Coordinator: t.CoordinatorID})
 				}
-				w := cmd.OutOrStdout()
-				if out == formatJSON {
-					return printJSON(w, views)
-				}
-				tw := newTable(w)
-				fmt.Fprintln(tw, "TRANSACTIONAL-ID\tPRODUCER-ID\tSTATE\tCOORDINATOR")
-				for _, v := range views {
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", v.TransactionalID, v.ProducerID, v.State, v.Coordinator)
-				}
-				return tw.Flush()
+				return printList(cmd.OutOrStdout(), out, views, "TRANSACTIONAL-ID\tPRODUCER-ID\tSTATE\tCOORDINATOR", func(v txnSummaryView) string {
+					return fmt.Sprintf("%s\t%d\t%s\t%d", v.TransactionalID, v.ProducerID, v.State, v.Coordinator)
+				})
 			})
 		},
 	}
