@@ -77,12 +77,20 @@ func isCode(err error, code runnelv1.ErrorCode) bool {
 // broker. A single node always coordinates every group.
 type coordinator struct {
 	cl *cluster
-
-	mu   sync.Mutex
-	node int32 // -1: unknown, ask any broker
+	coordNode
 }
 
-func newCoordinator(cl *cluster) *coordinator { return &coordinator{cl: cl, node: -1} }
+// coordNode is where a coordinator (of a group, or of a transactional id) was last found: -1 when
+// unknown. Group and transaction coordinators move the same way (with the leader of their internal
+// topic's partition), so both clients follow them with failed.
+type coordNode struct {
+	mu   sync.Mutex
+	node int32
+}
+
+func newCoordinator(cl *cluster) *coordinator {
+	return &coordinator{cl: cl, coordNode: coordNode{node: -1}}
+}
 
 // client returns a Groups client on the coordinator's connection (or any broker's). A coordinator
 // named by a broker whose address this client has not learnt yet (it bootstrapped from other nodes)
@@ -103,9 +111,9 @@ func (c *coordinator) client(ctx context.Context) (runnelv1.GroupsClient, error)
 	return runnelv1.NewGroupsClient(cc), nil
 }
 
-// failed notes an error of a call: errors saying the broker does not (or no longer) coordinate the
-// group, and transport failures, make the next call look elsewhere.
-func (c *coordinator) failed(err error) {
+// failed notes an error of a call: errors saying the broker does not (or no longer) coordinate, and
+// transport failures, make the next call look elsewhere (or go where NOT_COORDINATOR points).
+func (c *coordNode) failed(err error) {
 	var e *rerr.Error
 	if !errors.As(err, &e) {
 		return

@@ -80,9 +80,7 @@ type GroupMetadata struct {
 type txnCoordinator struct {
 	cl *cluster
 	id string
-
-	mu   sync.Mutex
-	node int32 // -1: unknown, look it up
+	coordNode
 }
 
 // lookup returns the coordinator's node, or -1 for "any broker" when metadata does not say.
@@ -119,28 +117,6 @@ func (c *txnCoordinator) lookup(ctx context.Context) (int32, error) {
 		}
 	}
 	return -1, nil
-}
-
-// failed notes a call's error: coordinator errors and transport failures make the next call look the
-// coordinator up again (or go where NOT_COORDINATOR points).
-func (c *txnCoordinator) failed(err error) {
-	var e *rerr.Error
-	if !errors.As(err, &e) {
-		return
-	}
-	switch e.Code {
-	case runnelv1.ErrorCode_NOT_COORDINATOR, runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE:
-		c.mu.Lock()
-		c.node = -1
-		if e.LeaderID >= 0 {
-			c.node = e.LeaderID
-		}
-		c.mu.Unlock()
-	case runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, runnelv1.ErrorCode_REQUEST_TIMED_OUT:
-		c.mu.Lock()
-		c.node = -1
-		c.mu.Unlock()
-	}
 }
 
 // concurrentTxnBackoff is the wait after CONCURRENT_TRANSACTIONS: the previous transaction's markers
@@ -261,7 +237,7 @@ type txnManager struct {
 
 func newTxnManager(p *Producer) *txnManager {
 	return &txnManager{p: p, id: p.cfg.transactionalID, timeout: p.cfg.txnTimeout,
-		coord: &txnCoordinator{cl: p.cl, id: p.cfg.transactionalID, node: -1}}
+		coord: &txnCoordinator{cl: p.cl, id: p.cfg.transactionalID, coordNode: coordNode{node: -1}}}
 }
 
 // txnOf returns the producer's transaction manager, or ErrTxnState naming call when it has none.

@@ -108,7 +108,7 @@ func (a *Admin) ListTransactions(ctx context.Context) ([]TransactionSummary, err
 // timeout, and the partitions and groups of the ongoing transaction. An unknown id gives
 // TRANSACTIONAL_ID_NOT_FOUND (errors.Is(err, rerr.ErrTransactionalIDNotFound)).
 func (a *Admin) DescribeTransaction(ctx context.Context, transactionalID string) (*TransactionDescription, error) {
-	coord := &txnCoordinator{cl: a.cl, id: transactionalID, node: -1}
+	coord := &txnCoordinator{cl: a.cl, id: transactionalID, coordNode: coordNode{node: -1}}
 	var out *TransactionDescription
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.common.requestTimeout)
 	defer cancel()
@@ -147,7 +147,7 @@ func (a *Admin) DescribeTransaction(ctx context.Context, transactionalID string)
 // the producer epoch is bumped, so the producer that opened it is fenced (its later calls fail with
 // ErrProducerFenced). It returns the producer id and the new epoch. Kafka: kafka-transactions.sh abort.
 func (a *Admin) AbortTransaction(ctx context.Context, transactionalID string) (producerID int64, epoch int16, err error) {
-	coord := &txnCoordinator{cl: a.cl, id: transactionalID, node: -1}
+	coord := &txnCoordinator{cl: a.cl, id: transactionalID, coordNode: coordNode{node: -1}}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.common.requestTimeout)
 	defer cancel()
 	var resp *runnelv1.AbortTransactionResponse
