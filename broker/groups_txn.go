@@ -84,6 +84,12 @@ func (gc *GroupCoordinator) WriteOffsetsMarker(ctx context.Context, partition in
 			}
 			continue
 		}
+		if err := ctx.Err(); err != nil {
+			// The coordinator gave up on this request and retries it: written late, the marker could
+			// end the producer's next transaction (see Broker.WriteTxnMarkers).
+			s.mu.Unlock()
+			return err
+		}
 		recs, err := s.core.Marker(p, m.Commit)
 		if err != nil {
 			s.mu.Unlock()

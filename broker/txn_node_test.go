@@ -429,3 +429,31 @@ func TestTransactionalProduceVerified(t *testing.T) {
 	}
 	end(true)
 }
+
+// TestTxnMarkerGivenUpIsNotWritten: a marker request the coordinator has given up on (its context
+// ended) writes nothing, even when it reaches the producer state afterwards: the coordinator retries
+// it, and a marker written late, after the retry's, could end the producer's next transaction on the
+// partition instead of the one it was sent for.
+func TestTxnMarkerGivenUpIsNotWritten(t *testing.T) {
+	tn := startTxnNode(t, t.TempDir(), true)
+	const pid = 700
+	tn.stage(t, txnBatch(pid, 0, 0, true, "a")) // 0: the producer's transaction
+	before := tn.fetch(t, runnelv1.IsolationLevel_READ_UNCOMMITTED, 0).HighWatermark
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	resp, err := tn.b.WriteTxnMarkers(ctx, &runnelv1.WriteTxnMarkersRequest{Markers: []*runnelv1.TxnMarker{{
+		ProducerId: pid, ProducerEpoch: 0, Commit: true, TransactionalId: "tx",
+		Partitions: []*runnelv1.TopicPartitions{{Topic: "txn", Partitions: []int32{0}}}}}})
+	if err == nil && rerr.FromInfo(resp.Markers[0].Partitions[0].Error) == nil {
+		t.Fatal("a marker request whose context had ended succeeded")
+	}
+	r := tn.fetch(t, runnelv1.IsolationLevel_READ_COMMITTED, 0)
+	if r.HighWatermark != before || r.LastStableOffset != 0 {
+		t.Fatalf("after the given-up marker: HW %d (before %d), LSO %d; want nothing written and the transaction still open", r.HighWatermark, before, r.LastStableOffset)
+	}
+	// The retry ends it.
+	tn.mustMarker(t, pid, 0, true, 0)
+	if r := tn.fetch(t, runnelv1.IsolationLevel_READ_COMMITTED, 0); r.LastStableOffset != r.HighWatermark || r.HighWatermark != before+1 {
+		t.Fatalf("after the retry: HW %d LSO %d, want both %d", r.HighWatermark, r.LastStableOffset, before+1)
+	}
+}

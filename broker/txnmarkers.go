@@ -159,6 +159,13 @@ func (b *Broker) writeMarker(ctx context.Context, m *runnelv1.TxnMarker, topic s
 		}
 		ps.mu.Lock()
 	}
+	if err := ctx.Err(); err != nil {
+		// The coordinator gave up on this request and retries it (or has already): a marker written
+		// now could land after the retry's, once the producer's next transaction has begun here, and
+		// end that one instead (its records would become committed, or be aborted, with it).
+		ps.mu.Unlock()
+		return err
+	}
 	var done *completingTxn
 	cm.FirstOffset, done = ps.endTxnLocked(pid, epoch, m.CoordinatorEpoch)
 	now := time.Now().UnixMilli()
