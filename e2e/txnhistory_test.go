@@ -227,6 +227,7 @@ func checkTxn(events []event) txnResult {
 
 	// What the read_committed readers should never have seen.
 	reported := map[string]bool{}
+	abortedRead := map[string]bool{} // transactions reported as aborted-read
 	for _, e := range events {
 		if e.F != "cread" || reported[e.Txn] {
 			continue
@@ -234,7 +235,7 @@ func checkTxn(events []event) txnResult {
 		t := txns[e.Txn]
 		switch {
 		case t.end.Type == "fail":
-			reported[e.Txn] = true
+			reported[e.Txn], abortedRead[e.Txn] = true, true
 			report(anomaly{Kind: "aborted-read", What: fmt.Sprintf("%s read %s at output p%d@%d, of transaction %s, which was aborted", e.Process, e.Value, e.Partition, e.Offset, e.Txn),
 				Excerpt: life(t, e)})
 		case e.Process != "final-rc" && t.end.Type != "ok" && len(t.finalRC) == 0:
@@ -245,6 +246,29 @@ func checkTxn(events []event) txnResult {
 			}
 			report(anomaly{Kind: "uncommitted-read", What: fmt.Sprintf("%s read %s at output p%d@%d, of transaction %s, which never committed (not in the final read_committed read)", e.Process, e.Value, e.Partition, e.Offset, e.Txn),
 				Excerpt: life(t, append(ex, e)...)})
+		}
+	}
+
+	// Records of a transaction reported above as aborted-read are that anomaly, once: they are left
+	// out of the copy checks, whose duplicates and reorderings they would otherwise count again.
+	for in, cs := range copies {
+		for p, e := range cs {
+			if abortedRead[e.Txn] {
+				delete(cs, p)
+			}
+		}
+		if len(cs) == 0 {
+			delete(copies, in)
+		}
+	}
+	for p, e := range outAt {
+		if abortedRead[e.Txn] {
+			delete(outAt, p)
+		}
+	}
+	for in, e := range finalCopy {
+		if abortedRead[e.Txn] {
+			delete(finalCopy, in)
 		}
 	}
 
