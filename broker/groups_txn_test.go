@@ -119,12 +119,14 @@ func (gn *groupTxnNode) addOffsets(t *testing.T, p *runnelv1.TxnProducer) {
 
 func (gn *groupTxnNode) endTxn(t *testing.T, p *runnelv1.TxnProducer, commit bool) {
 	t.Helper()
-	if err := gtRetry(t, func() error {
-		_, err := gn.txns.EndTxn(gtCtx(t), &runnelv1.EndTxnRequest{Producer: p, Commit: commit})
+	var resp *runnelv1.EndTxnResponse
+	if err := gtRetry(t, func() (err error) {
+		resp, err = gn.txns.EndTxn(gtCtx(t), &runnelv1.EndTxnRequest{Producer: p, Commit: commit})
 		return err
 	}); err != nil {
 		t.Fatalf("EndTxn: %v", err)
 	}
+	p.ProducerEpoch = resp.ProducerEpoch // the next transaction's epoch (KIP-890 part 2)
 }
 
 // commit sends a TxnOffsetCommit of in-0 at offset and returns the call's or the partition's error.

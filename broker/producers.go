@@ -238,7 +238,14 @@ func rebuildProducers(l *plog.Partition) (rebuilt, error) {
 	out := rebuilt{producers: map[int64]*producerEntry{}, ongoing: map[int64]*ongoingTxn{}}
 	end, read := l.HighWatermark(), l.Read
 	if l.Replicated() {
-		waitDurable(l, rebuildDurableWait)
+		if !waitDurable(l, rebuildDurableWait) {
+			// A state built without the batches still being synced would not know a transaction
+			// among them: the LSO would not hold its records back and its marker would index
+			// nothing, so read_committed readers would see them even if it aborts. Refuse for now
+			// (a retriable error: the caller's client retries) and build it on the next call.
+			return rebuilt{}, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE,
+				"the new leader's log is not yet durable to its end %d (at %d) after %v; retry", l.LogEndOffset(), l.DurableEnd(), rebuildDurableWait)
+		}
 		end, read = l.DurableEnd(), l.ReadLocal
 	}
 	from := max(l.LogStartOffset(), end-producerStateWindow)
@@ -430,18 +437,19 @@ func (b *Broker) answerDuplicate(t *meta.Topic, partition int32, acksAll bool, p
 // rebuildDurableWait bounds how long a rebuild waits for a replica's appends to become durable.
 const rebuildDurableWait = 2 * time.Second
 
-// waitDurable waits, at most d, until everything l held when it was called is durable. A follower
-// appends without waiting for its fsync; when it becomes leader, batches it had appended but not yet
-// synced would be missing from the producer state read up to DurableEnd, and an idempotent producer's
-// retry of one of them would be written again.
-func waitDurable(l *plog.Partition, d time.Duration) {
+// waitDurable waits, at most d, until everything l held when it was called is durable, and reports
+// whether it is. A follower appends without waiting for its fsync; when it becomes leader, batches it
+// had appended but not yet synced would be missing from the producer state read up to DurableEnd: an
+// idempotent producer's retry of one of them would be written again, and a transaction among them
+// would not hold the LSO.
+func waitDurable(l *plog.Partition, d time.Duration) bool {
 	leo := l.LogEndOffset()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
 		changed := l.Changed()
 		if l.DurableEnd() >= leo {
-			return
+			return true
 		}
 		before := l.DurableEnd()
 		select {
@@ -452,11 +460,11 @@ func waitDurable(l *plog.Partition, d time.Duration) {
 				select {
 				case <-time.After(10 * time.Millisecond):
 				case <-timer.C:
-					return
+					return l.DurableEnd() >= leo
 				}
 			}
 		case <-timer.C:
-			return
+			return l.DurableEnd() >= leo
 		}
 	}
 }

@@ -380,12 +380,17 @@ func TestTransactionalProduceVerified(t *testing.T) {
 	}
 	end := func(commit bool) {
 		t.Helper()
-		if err := retry(func() error {
-			_, err := txns.EndTxn(testCtx(t), &runnelv1.EndTxnRequest{Producer: p, Commit: commit})
+		var resp *runnelv1.EndTxnResponse
+		if err := retry(func() (err error) {
+			resp, err = txns.EndTxn(testCtx(t), &runnelv1.EndTxnRequest{Producer: p, Commit: commit})
 			return err
 		}); err != nil {
 			t.Fatalf("EndTxn: %v", err)
 		}
+		if resp.ProducerEpoch != p.ProducerEpoch+1 {
+			t.Fatalf("EndTxn answered epoch %d, want %d (KIP-890 part 2)", resp.ProducerEpoch, p.ProducerEpoch+1)
+		}
+		p.ProducerEpoch = resp.ProducerEpoch
 	}
 	rc := runnelv1.IsolationLevel_READ_COMMITTED
 
@@ -418,10 +423,15 @@ func TestTransactionalProduceVerified(t *testing.T) {
 	if got := aborted(r); !reflect.DeepEqual(got, [][2]int64{{p.ProducerId, 1}}) {
 		t.Fatalf("aborted transactions %v, want the producer's from 1", got)
 	}
-	// The marker ended the verification: the next transaction's first batch is verified again.
-	wantCode(t, "transactional produce after the marker, before AddPartitionsToTxn", tn.produce(t, "app", txnBatch(p.ProducerId, epoch, 2, true, "late")), runnelv1.ErrorCode_INVALID_TXN_STATE)
+	// A late write of the aborted transaction, at its epoch, is refused: the marker carried the bumped
+	// epoch (KIP-890 part 2), so it cannot slip into the next transaction.
+	wantCode(t, "a late write of the aborted transaction", tn.produce(t, "app", txnBatch(p.ProducerId, epoch, 2, true, "late")), runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH)
+	// The marker ended the verification: the next transaction's first batch, at the new epoch and
+	// sequence 0, is verified again.
+	epoch = int16(p.ProducerEpoch)
+	wantCode(t, "transactional produce after the marker, before AddPartitionsToTxn", tn.produce(t, "app", txnBatch(p.ProducerId, epoch, 0, true, "early")), runnelv1.ErrorCode_INVALID_TXN_STATE)
 	add()
-	if err := tn.produce(t, "app", txnBatch(p.ProducerId, epoch, 2, true, "c")); err != nil { // 5
+	if err := tn.produce(t, "app", txnBatch(p.ProducerId, epoch, 0, true, "c")); err != nil { // 5
 		t.Fatal(err)
 	}
 	if r := tn.fetch(t, rc, 0); r.LastStableOffset != 5 {

@@ -432,14 +432,16 @@ func (tc *TxnCoordinator) AddOffsetsToTxn(ctx context.Context, req *runnelv1.Add
 // EndTxn implements runnelv1.TransactionsServer; see txn.Coordinator.EndTxn. It answers once the
 // decision is durable; the markers are written afterwards.
 func (tc *TxnCoordinator) EndTxn(ctx context.Context, req *runnelv1.EndTxnRequest) (*runnelv1.EndTxnResponse, error) {
-	err := tc.call(ctx, req.GetProducer().GetTransactionalId(), func(c *txn.Coordinator, now time.Time) ([]txn.Record, error) {
+	var resp *runnelv1.EndTxnResponse
+	err := tc.call(ctx, req.GetProducer().GetTransactionalId(), func(c *txn.Coordinator, now time.Time) (recs []txn.Record, err error) {
 		defer tc.b.tel.TxnCall(c, now, telemetry.TxnAbortClient, req.GetProducer().GetTransactionalId())()
-		return c.EndTxn(now, req)
+		resp, recs, err = c.EndTxn(now, req)
+		return recs, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &runnelv1.EndTxnResponse{}, nil
+	return resp, nil
 }
 
 // VerifyPartitions implements runnelv1.TransactionsServer; see txn.Coordinator.VerifyPartitions. It

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+
+	"google.golang.org/grpc"
 
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
@@ -18,6 +21,13 @@ import (
 type Admin struct {
 	cfg adminConfig
 	cl  *cluster
+
+	// home is the broker the admin calls go to while it answers. Brokers apply metadata changes at
+	// their own pace, so calls rotated over brokers could see a topic created by the previous call
+	// missing; one broker applies a change it committed before answering, which gives an Admin
+	// read-your-writes (a broker that fails is replaced by the next one, where it may not hold).
+	homeMu sync.Mutex
+	home   string
 }
 
 // TopicSummary is one topic in ListTopics.
@@ -104,13 +114,45 @@ func NewAdmin(brokers []string, opts ...AdminOption) (*Admin, error) {
 func (a *Admin) Close() error { return a.cl.close() }
 
 func (a *Admin) admin(ctx context.Context, fn func(ctx context.Context, c runnelv1.AdminClient) error) error {
-	return unfinal(a.cl.retry(ctx, func(ctx context.Context) error {
-		cc, err := a.cl.anyConn()
+	return unfinal(a.onHome(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		return fn(ctx, runnelv1.NewAdminClient(cc))
+	}))
+}
+
+// onHome calls fn with the home broker's connection, retrying (on another broker after a retriable
+// failure) within the request timeout.
+func (a *Admin) onHome(ctx context.Context, fn func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	return a.cl.retry(ctx, func(ctx context.Context) error {
+		addr := a.homeAddr()
+		cc, err := a.cl.dial(addr)
 		if err != nil {
 			return err
 		}
-		return fn(ctx, runnelv1.NewAdminClient(cc))
-	}))
+		err = fn(ctx, cc)
+		if err != nil && retriable(err) {
+			a.leaveHome(addr)
+		}
+		return err
+	})
+}
+
+// homeAddr returns the home broker, choosing one when there is none.
+func (a *Admin) homeAddr() string {
+	a.homeMu.Lock()
+	defer a.homeMu.Unlock()
+	if a.home == "" {
+		a.home = a.cl.anyAddr()
+	}
+	return a.home
+}
+
+// leaveHome drops addr as the home broker after a retriable failure there, so the retry goes elsewhere.
+func (a *Admin) leaveHome(addr string) {
+	a.homeMu.Lock()
+	defer a.homeMu.Unlock()
+	if a.home == addr {
+		a.home = ""
+	}
 }
 
 // topicErr returns the error of a per-topic result, marked final so it is not retried.
@@ -371,11 +413,8 @@ func (a *Admin) ReassignPartition(ctx context.Context, topic string, partition i
 // leader, raft term and indexes, fenced brokers, offline and under-replicated partitions.
 func (a *Admin) ClusterStatus(ctx context.Context) (*runnelv1.ClusterStatusResponse, error) {
 	var out *runnelv1.ClusterStatusResponse
-	err := a.cl.retry(ctx, func(ctx context.Context) error {
-		cc, err := a.cl.anyConn()
-		if err != nil {
-			return err
-		}
+	err := a.onHome(ctx, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
 		out, err = runnelv1.NewClusterClient(cc).Status(ctx, &runnelv1.ClusterStatusRequest{})
 		return wireErr(err)
 	})

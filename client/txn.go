@@ -837,17 +837,32 @@ func (p *Producer) CommitTransaction(ctx context.Context) error {
 	return nil
 }
 
-// endTxn ends the transaction at the coordinator. A fencing error is fatal; ctx ending keeps the state
-// for a retry; any other error fails the transaction (abort required).
+// endTxn ends the transaction at the coordinator and moves the producer to the epoch the answer gives
+// (KIP-890 part 2: every transaction ends at a bumped epoch, so a late write of this one is refused
+// everywhere instead of joining the next; the new identity restarts every partition's sequence at 0).
+// At the last epoch (math.MaxInt16) it asks InitProducerId for a new producer id. A fencing error is
+// fatal; ctx ending keeps the state for a retry; any other error fails the transaction (abort
+// required).
 func (t *txnManager) endTxn(ctx context.Context, commit bool) error {
 	what := "abort"
 	if commit {
 		what = "commit"
 	}
+	var resp *runnelv1.EndTxnResponse
 	err := t.coord.call(ctx, func(ctx context.Context, tc runnelv1.TransactionsClient) error {
-		_, err := tc.EndTxn(ctx, &runnelv1.EndTxnRequest{Producer: t.txnProducer(), Commit: commit})
+		var err error
+		resp, err = tc.EndTxn(ctx, &runnelv1.EndTxnRequest{Producer: t.txnProducer(), Commit: commit})
+		if err == nil {
+			pid, _ := t.p.ProducerID()
+			if resp.ProducerId != pid || resp.ProducerEpoch < 0 || resp.ProducerEpoch > math.MaxInt16 {
+				return rerr.New(runnelv1.ErrorCode_UNKNOWN_SERVER_ERROR, "EndTxn answered producer id %d, epoch %d", resp.ProducerId, resp.ProducerEpoch)
+			}
+		}
 		return wireErr(err)
 	})
+	if err == nil {
+		err = t.nextIdentity(ctx, int16(resp.ProducerEpoch))
+	}
 	if err == nil {
 		return nil
 	}
@@ -864,12 +879,33 @@ func (t *txnManager) endTxn(ctx context.Context, commit bool) error {
 	return err
 }
 
+// nextIdentity installs the producer epoch EndTxn answered, when it is new. Every batch of the ended
+// transaction has been answered (CommitTransaction flushed, AbortTransaction waited), so none is
+// numbered under the old identity any more.
+func (t *txnManager) nextIdentity(ctx context.Context, epoch int16) error {
+	cur := t.p.ident.Load()
+	if cur == nil || epoch == cur.epoch {
+		return nil
+	}
+	if epoch == math.MaxInt16 {
+		// The epoch cannot be bumped again: the next transaction needs a new producer id.
+		id, err := t.initProducerID(ctx)
+		if err != nil {
+			return fmt.Errorf("new producer id after the last epoch: %w", err)
+		}
+		t.p.ident.Store(id)
+		return nil
+	}
+	t.p.ident.Store(&producerIdentity{id: cur.id, epoch: epoch})
+	return nil
+}
+
 // AbortTransaction aborts the open (or failed) transaction: it waits for Produce calls in progress,
 // fails the records not sent yet with ErrTransactionAborted, waits for those in flight to be answered,
 // and asks the coordinator to abort (EndTxn), which writes ABORT markers: read_committed consumers
-// never see the transaction's records, and its offsets are not committed. When a record had failed in
-// a way that broke its partition's sequence, the producer then bumps its epoch (InitProducerId) so
-// the next transaction starts clean. The next transaction may begin when it returns.
+// never see the transaction's records, and its offsets are not committed. Ending the transaction bumps
+// the producer epoch (KIP-890 part 2), which also restarts the sequences a failed record broke (with
+// nothing added to the transaction, InitProducerId bumps it), so the next transaction starts clean. The next transaction may begin when it returns.
 //
 // Errors: ErrProducerFenced (fatal); ctx's error (the abort stays in progress: call it again); a
 // broker error; ErrTxnState when no transaction is open. Kafka: abortTransaction.
@@ -923,6 +959,7 @@ func (t *txnManager) abort(ctx context.Context) error {
 		}
 		t.mu.Lock()
 		t.added = false // a retried abort does not end it again
+		t.seqBroken = false // EndTxn bumped the epoch: every sequence starts again
 		t.mu.Unlock()
 	}
 	t.mu.Lock()

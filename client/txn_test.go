@@ -324,8 +324,9 @@ func TestTxnZombieFencing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.ProducerID != fid || d.ProducerEpoch != fepoch || !d.StartTime.IsZero() {
-		t.Fatalf("describe after the commit: %+v (want producer %d epoch %d, no open transaction)", d, fid, fepoch)
+	// The commit bumped the epoch (KIP-890 part 2); the producer moved to it.
+	if id, epoch := fresh.ProducerID(); d.ProducerID != fid || d.ProducerEpoch != fepoch+1 || id != fid || epoch != fepoch+1 || !d.StartTime.IsZero() {
+		t.Fatalf("describe after the commit: %+v, producer at %d/%d (want producer %d epoch %d, no open transaction)", d, id, epoch, fid, fepoch+1)
 	}
 }
 

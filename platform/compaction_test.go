@@ -184,6 +184,12 @@ func TestCompaction(t *testing.T) {
 	// Consumers read every partition from the start until they catch up, over and over.
 	var stop atomic.Bool
 	var passes [quakePartitions]atomic.Int64
+	// tombClean is 1 while the clean past delete.retention.ms runs and 2 after it. A pass that overlaps
+	// it may read an id's older revision before the clean and pass the offset of its tombstone after
+	// the clean removed it: that is what delete.retention.ms bounds in Kafka (a reader must get from
+	// the start to the head within it to see every deletion), and the jump of the cleaner's clock
+	// gives such a pass no time at all. It may then end with a deleted id still holding a value.
+	var tombClean atomic.Int32
 	errs := make(chan error, quakePartitions)
 	var wg sync.WaitGroup
 	var spansMu sync.Mutex
@@ -193,13 +199,14 @@ func TestCompaction(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stop.Load() {
-				begin := time.Now()
+				begin, beginPhase := time.Now(), tombClean.Load()
 				final, err := consumePass(tn.records, topic, int32(p))
+				overlapped := beginPhase != 2 && tombClean.Load() >= 1
 				spansMu.Lock()
 				spans = append(spans, [2]time.Time{begin, time.Now()})
 				spansMu.Unlock()
 				if err == nil {
-					err = sameState(final, want[p], true)
+					err = sameState(final, want[p], true, overlapped)
 				}
 				if err != nil {
 					errs <- fmt.Errorf("consumer of partition %d, pass %d: %w", p, passes[p].Load()+1, err)
@@ -253,7 +260,10 @@ func TestCompaction(t *testing.T) {
 	}
 	seen = waitPasses("a pass after the first clean", []int64{seen[0] + 2, seen[1] + 2, seen[2] + 2})
 	var tombstones int64
-	for _, r := range broker.Compact(context.Background(), clock.Add(deleteRetention*time.Millisecond+time.Millisecond)) {
+	tombClean.Store(1)
+	second := broker.Compact(context.Background(), clock.Add(deleteRetention*time.Millisecond+time.Millisecond))
+	tombClean.Store(2)
+	for _, r := range second {
 		if r.Topic == topic {
 			if r.Stats.Reason != plog.ReasonTombstones {
 				t.Fatalf("second clean of partition %d: %+v", r.Partition, r.Stats)
@@ -302,7 +312,7 @@ func TestCompaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := sameState(final, want[p], false); err != nil {
+		if err := sameState(final, want[p], false, false); err != nil {
 			t.Fatalf("partition %d after compaction: %v", p, err)
 		}
 		for id, got := range final.records {
@@ -400,7 +410,9 @@ func consumePass(records runnelv1.RecordsClient, topic string, partition int32) 
 // sameState compares a pass's last record per id with want (ids whose last write is not a tombstone).
 // during: the pass may still hold older revisions, and tombstones (as the last record of a deleted id,
 // standing for its absence); after compaction (during false) each id appears once and no tombstone.
-func sameState(got consumed, want map[string]placed, during bool) error {
+// staleDeletes: a deleted id may end with an older revision (the pass overlapped the removal of
+// tombstones past delete.retention.ms); every id in want must still end exactly at its last write.
+func sameState(got consumed, want map[string]placed, during, staleDeletes bool) error {
 	live := 0
 	for id, r := range got.records {
 		if r.value == nil {
@@ -410,6 +422,9 @@ func sameState(got consumed, want map[string]placed, during bool) error {
 			continue
 		}
 		w, ok := want[id]
+		if !ok && staleDeletes {
+			continue
+		}
 		if !ok {
 			return fmt.Errorf("id %s ends with write %d, want it deleted", id, r.seq)
 		}

@@ -174,7 +174,7 @@ func (c *Coordinator) InitProducerId(now time.Time, req *runnelv1.InitTxnProduce
 		c.fenceAbort(now, m)
 		return nil, []Record{record(id, m)}, concurrent(id, m)
 	}
-	next := &txnMeta{epoch: 0, state: runnelv1.TxnState_TXN_EMPTY, timeoutMs: timeout, startMs: -1, updateMs: now.UnixMilli(),
+	next := &txnMeta{epoch: 0, lastEpoch: -1, state: runnelv1.TxnState_TXN_EMPTY, timeoutMs: timeout, startMs: -1, updateMs: now.UnixMilli(),
 		parts: map[tp]struct{}{}, groups: map[string]struct{}{}}
 	if m != nil && m.epoch < MaxProducerEpoch {
 		next.producerID, next.epoch = m.producerID, m.epoch+1
@@ -197,6 +197,7 @@ func (c *Coordinator) fenceAbort(now time.Time, m *txnMeta) {
 	if m.epoch < math.MaxInt16 {
 		m.epoch++
 	}
+	m.lastEpoch = -1 // not the producer's own bump: its retried EndTxn is fenced
 	m.state = runnelv1.TxnState_TXN_PREPARE_ABORT
 	m.updateMs = now.UnixMilli()
 }
@@ -327,35 +328,72 @@ func (c *Coordinator) AddOffsetsToTxn(now time.Time, req *runnelv1.AddOffsetsToT
 	return []Record{record(id, m)}, nil
 }
 
-// EndTxn decides the producer's ongoing transaction: PREPARE_COMMIT or PREPARE_ABORT, whose record the
-// shell appends before answering; the markers follow (TakePrepared, Complete). With no transaction
-// ongoing it is a no-op, answered success: a retried EndTxn of the transaction just ended, an abort
-// with nothing to abort, or a commit of a transaction that added nothing (txn.proto calls the last
-// INVALID_TXN_STATE; committing nothing is harmless, so it is not refused). Errors: those of
+// EndTxn decides the producer's ongoing transaction: PREPARE_COMMIT or PREPARE_ABORT at the producer
+// epoch bumped by one (KIP-890 part 2), whose record the shell appends before answering; the markers
+// follow (TakePrepared, Complete), written at the new epoch, so every partition refuses a late write of
+// the ended transaction (INVALID_PRODUCER_EPOCH, or PRODUCER_FENCED from VerifyPartitions) instead of
+// admitting it into the producer's next transaction under the same epoch. The answer carries the
+// producer id and the new epoch; the producer's sequences start again at 0. An EndTxn retried with
+// the epoch that bump replaced (its answer was lost) is answered the same way, and changes nothing.
+//
+// With no transaction ongoing it is a no-op answered with the current epoch: a retried EndTxn, an
+// abort with nothing to abort, or a commit of a transaction that added nothing (txn.proto calls the
+// last INVALID_TXN_STATE; committing nothing is harmless, so it is not refused). Errors: those of
 // producer, INVALID_TXN_STATE (ending with the opposite decision of the one being carried out or just
-// completed).
-func (c *Coordinator) EndTxn(now time.Time, req *runnelv1.EndTxnRequest) ([]Record, error) {
-	id, m, err := c.producer(req.GetProducer())
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case m.state == runnelv1.TxnState_TXN_ONGOING:
-		m.state = runnelv1.TxnState_TXN_PREPARE_ABORT
-		if req.Commit {
-			m.state = runnelv1.TxnState_TXN_PREPARE_COMMIT
+// completed; an ongoing transaction at epoch math.MaxInt16, which InitProducerId never hands out).
+func (c *Coordinator) EndTxn(now time.Time, req *runnelv1.EndTxnRequest) (*runnelv1.EndTxnResponse, []Record, error) {
+	p := req.GetProducer()
+	if m := c.txns[p.GetTransactionalId()]; m != nil && m.lastEpoch >= 0 && p.GetProducerId() == m.producerID &&
+		p.GetProducerEpoch() == int32(m.lastEpoch) && m.state != runnelv1.TxnState_TXN_ONGOING {
+		// The retry of the EndTxn that bumped the epoch; the producer has not used the new one yet.
+		if err := decided(p.GetTransactionalId(), m, req.Commit); err != nil {
+			return nil, nil, err
 		}
-		m.updateMs = now.UnixMilli()
-		return []Record{record(id, m)}, nil
-	case m.state == runnelv1.TxnState_TXN_PREPARE_COMMIT && !req.Commit, m.state == runnelv1.TxnState_TXN_PREPARE_ABORT && req.Commit,
-		// The transaction just ended the other way: a producer whose commit timed out and that now
-		// aborts must not be told its committed records were aborted (it would redo them), as in
-		// Kafka.
-		m.state == runnelv1.TxnState_TXN_COMPLETE_COMMIT && !req.Commit, m.state == runnelv1.TxnState_TXN_COMPLETE_ABORT && req.Commit:
-		return nil, rerr.New(runnelv1.ErrorCode_INVALID_TXN_STATE, "transactional id %q: cannot %s, the transaction is in %v",
-			id, map[bool]string{true: "commit", false: "abort"}[req.Commit], m.state)
+		return &runnelv1.EndTxnResponse{ProducerId: m.producerID, ProducerEpoch: int32(m.epoch)}, nil, nil
 	}
-	return nil, nil
+	id, m, err := c.producer(p)
+	if err != nil {
+		return nil, nil, err
+	}
+	if m.state != runnelv1.TxnState_TXN_ONGOING {
+		if err := decided(id, m, req.Commit); err != nil {
+			return nil, nil, err
+		}
+		return &runnelv1.EndTxnResponse{ProducerId: m.producerID, ProducerEpoch: int32(m.epoch)}, nil, nil
+	}
+	if m.epoch >= math.MaxInt16 {
+		return nil, nil, rerr.New(runnelv1.ErrorCode_INVALID_TXN_STATE, "transactional id %q: producer epoch %d cannot be bumped; call InitProducerId", id, m.epoch)
+	}
+	m.lastEpoch = m.epoch
+	m.epoch++
+	m.state = runnelv1.TxnState_TXN_PREPARE_ABORT
+	if req.Commit {
+		m.state = runnelv1.TxnState_TXN_PREPARE_COMMIT
+	}
+	m.updateMs = now.UnixMilli()
+	return &runnelv1.EndTxnResponse{ProducerId: m.producerID, ProducerEpoch: int32(m.epoch)}, []Record{record(id, m)}, nil
+}
+
+// decided refuses ending m's transaction with commit when it is being ended, or was just ended, the
+// other way: a producer whose commit timed out and that now aborts must not be told its committed
+// records were aborted (it would redo them), as in Kafka.
+func decided(id string, m *txnMeta, commit bool) error {
+	switch m.state {
+	case runnelv1.TxnState_TXN_PREPARE_COMMIT, runnelv1.TxnState_TXN_COMPLETE_COMMIT:
+		if !commit {
+			break
+		}
+		return nil
+	case runnelv1.TxnState_TXN_PREPARE_ABORT, runnelv1.TxnState_TXN_COMPLETE_ABORT:
+		if commit {
+			break
+		}
+		return nil
+	default:
+		return nil
+	}
+	return rerr.New(runnelv1.ErrorCode_INVALID_TXN_STATE, "transactional id %q: cannot %s, the transaction is in %v",
+		id, map[bool]string{true: "commit", false: "abort"}[commit], m.state)
 }
 
 // VerifyPartitions answers a partition leader (KIP-890): per partition, success when it is in the
@@ -508,7 +546,7 @@ func (c *Coordinator) String() string {
 	var sb strings.Builder
 	for _, id := range slices.Sorted(maps.Keys(c.txns)) {
 		m := c.txns[id]
-		fmt.Fprintf(&sb, "%s: pid=%d epoch=%d %v timeout=%dms start=%d parts=%v groups=%v\n", id, m.producerID, m.epoch, m.state,
+		fmt.Fprintf(&sb, "%s: pid=%d epoch=%d last=%d %v timeout=%dms start=%d parts=%v groups=%v\n", id, m.producerID, m.epoch, m.lastEpoch, m.state,
 			m.timeoutMs, m.startMs, m.sortedParts(), slices.Sorted(maps.Keys(m.groups)))
 	}
 	return sb.String()

@@ -72,13 +72,18 @@ func (h *harness) add(p *runnelv1.TxnProducer, topic string, parts ...int32) *ru
 	return resp
 }
 
+// end ends p's transaction and moves p to the epoch the answer gives, as the SDK does.
 func (h *harness) end(p *runnelv1.TxnProducer, commit bool) []Record {
 	h.t.Helper()
-	recs, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: commit})
+	resp, recs, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: commit})
 	if err != nil {
 		h.t.Fatalf("EndTxn(commit=%v): %v", commit, err)
 	}
+	if resp.ProducerId != p.ProducerId {
+		h.t.Fatalf("EndTxn answered producer id %d, not %d", resp.ProducerId, p.ProducerId)
+	}
 	h.write(recs)
+	p.ProducerEpoch = resp.ProducerEpoch
 	return recs
 }
 
@@ -131,13 +136,13 @@ func TestInitAndFence(t *testing.T) {
 	_, _, err := h.c.AddPartitionsToTxn(h.now, &runnelv1.AddPartitionsToTxnRequest{Producer: p0,
 		Partitions: []*runnelv1.TopicPartitions{{Topic: "a", Partitions: []int32{0}}}}, topicsABC)
 	wantCode(t, err, runnelv1.ErrorCode_PRODUCER_FENCED)
-	_, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p0, Commit: true})
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p0, Commit: true})
 	wantCode(t, err, runnelv1.ErrorCode_PRODUCER_FENCED)
 	_, err = h.c.AddOffsetsToTxn(h.now, &runnelv1.AddOffsetsToTxnRequest{Producer: p0, GroupId: "g"}, 50)
 	wantCode(t, err, runnelv1.ErrorCode_PRODUCER_FENCED)
-	_, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: &runnelv1.TxnProducer{TransactionalId: "t1", ProducerId: 7, ProducerEpoch: 1}})
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: &runnelv1.TxnProducer{TransactionalId: "t1", ProducerId: 7, ProducerEpoch: 1}})
 	wantCode(t, err, runnelv1.ErrorCode_INVALID_PRODUCER_ID_MAPPING)
-	_, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: &runnelv1.TxnProducer{TransactionalId: "nope", ProducerId: 1000}})
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: &runnelv1.TxnProducer{TransactionalId: "nope", ProducerId: 1000}})
 	wantCode(t, err, runnelv1.ErrorCode_INVALID_PRODUCER_ID_MAPPING)
 	// A second id gets its own producer id.
 	if q := h.init("t2", 0); q.ProducerId != 1001 || q.ProducerEpoch != 0 {
@@ -167,6 +172,29 @@ func TestEpochExhaustionAllocatesNewProducerID(t *testing.T) {
 	if d := h.state("t"); d.ProducerEpoch != math.MaxInt16 || d.State != runnelv1.TxnState_TXN_PREPARE_ABORT {
 		t.Fatalf("abort at the max epoch: %v", d)
 	}
+	h.completeAll()
+
+	// EndTxn's bump (KIP-890 part 2) at the max epoch gives 32767, the last epoch; the producer then
+	// calls InitProducerId, which gives it a new producer id. A transaction at 32767 cannot be ended
+	// with a bump and is refused.
+	p = h.init("t", 0)
+	h.c.txns["t"].epoch = MaxProducerEpoch
+	p.ProducerEpoch = MaxProducerEpoch
+	h.add(p, "a", 0)
+	h.end(p, true)
+	if p.ProducerEpoch != math.MaxInt16 {
+		t.Fatalf("EndTxn at the max epoch answered epoch %d", p.ProducerEpoch)
+	}
+	h.completeAll()
+	h.checkReplay()
+	if q := h.init("t", 0); q.ProducerId == p.ProducerId || q.ProducerEpoch != 0 {
+		t.Fatalf("init after the last epoch: %v, want a new producer id at epoch 0", q)
+	}
+	h.c.txns["t"].epoch = math.MaxInt16
+	p = &runnelv1.TxnProducer{TransactionalId: "t", ProducerId: h.c.txns["t"].producerID, ProducerEpoch: math.MaxInt16}
+	h.add(p, "a", 0)
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
+	wantCode(t, err, runnelv1.ErrorCode_INVALID_TXN_STATE)
 }
 
 func TestCommitAndAbort(t *testing.T) {
@@ -193,11 +221,17 @@ func TestCommitAndAbort(t *testing.T) {
 			t.Fatalf("ongoing: %v", d)
 		}
 		h.checkReplay()
-		// The decision is returned, but no marker is due until its record is durable.
-		recs, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: commit})
+		// The decision is returned, at a bumped epoch (KIP-890 part 2), but no marker is due until its
+		// record is durable.
+		end, recs, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: commit})
 		if err != nil || len(recs) != 1 {
 			t.Fatalf("EndTxn: %v %v", recs, err)
 		}
+		if end.ProducerId != p.ProducerId || end.ProducerEpoch != p.ProducerEpoch+1 {
+			t.Fatalf("EndTxn answered %v, want producer %d at epoch %d", end, p.ProducerId, p.ProducerEpoch+1)
+		}
+		old := &runnelv1.TxnProducer{TransactionalId: p.TransactionalId, ProducerId: p.ProducerId, ProducerEpoch: p.ProducerEpoch}
+		p.ProducerEpoch = end.ProducerEpoch
 		if ms := h.c.TakePrepared(); len(ms) != 0 {
 			t.Fatalf("markers before the decision is durable: %v", ms)
 		}
@@ -223,7 +257,19 @@ func TestCommitAndAbort(t *testing.T) {
 		if recs := h.c.Complete(h.now, ms[0]); recs != nil {
 			t.Fatalf("a second completion wrote %v", recs)
 		}
-		// The next transaction starts afresh with the same epoch.
+		// A late write of the ended transaction, at the old epoch, is refused wherever it lands: a
+		// partition of the transaction (its marker carries the new epoch) or another one.
+		for _, part := range []string{"a", "c"} {
+			v, err := h.c.VerifyPartitions(&runnelv1.VerifyPartitionsRequest{Producer: old, Partitions: []*runnelv1.TopicPartitions{{Topic: part, Partitions: []int32{0}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantCode(t, rerr.FromInfo(v.Partitions[0].Error), runnelv1.ErrorCode_PRODUCER_FENCED)
+		}
+		_, _, err = h.c.AddPartitionsToTxn(h.now, &runnelv1.AddPartitionsToTxnRequest{Producer: old,
+			Partitions: []*runnelv1.TopicPartitions{{Topic: "c", Partitions: []int32{0}}}}, topicsABC)
+		wantCode(t, err, runnelv1.ErrorCode_PRODUCER_FENCED)
+		// The next transaction starts afresh at the new epoch.
 		h.now = h.now.Add(time.Second)
 		h.add(p, "c", 0)
 		if d = h.state("t"); d.State != runnelv1.TxnState_TXN_ONGOING || d.TransactionStartMs != h.now.UnixMilli() || len(d.Partitions) != 1 {
@@ -237,6 +283,27 @@ func TestRetriedEndTxn(t *testing.T) {
 	h := newHarness(t)
 	p := h.init("t", 0)
 	h.add(p, "a", 0)
+	old := &runnelv1.TxnProducer{TransactionalId: p.TransactionalId, ProducerId: p.ProducerId, ProducerEpoch: p.ProducerEpoch}
+	h.end(p, true)
+	// The retry of an EndTxn whose answer was lost carries the epoch the bump replaced: it is answered
+	// with the new epoch and writes nothing, before and after the markers; the other decision is
+	// refused.
+	for _, complete := range []bool{false, true} {
+		if complete {
+			h.completeAll()
+		}
+		resp, recs, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: old, Commit: true})
+		if err != nil || recs != nil || resp.ProducerEpoch != p.ProducerEpoch {
+			t.Fatalf("retried EndTxn at the old epoch (completed %v): %v %v %v, want epoch %d", complete, resp, recs, err, p.ProducerEpoch)
+		}
+		_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: old, Commit: false})
+		wantCode(t, err, runnelv1.ErrorCode_INVALID_TXN_STATE)
+	}
+	h.checkReplay()
+	// Once the producer began its next transaction at the new epoch, the old epoch is fenced.
+	h.add(p, "a", 0)
+	_, _, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: old, Commit: true})
+	wantCode(t, err, runnelv1.ErrorCode_PRODUCER_FENCED)
 	h.end(p, true)
 	// While the markers are written: the same decision again is success and writes nothing; the
 	// opposite one is refused; the state stays.
@@ -244,7 +311,7 @@ func TestRetriedEndTxn(t *testing.T) {
 		t.Fatalf("retried commit wrote %v", recs)
 	}
 	before := h.c.String()
-	_, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: false})
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: false})
 	wantCode(t, err, runnelv1.ErrorCode_INVALID_TXN_STATE)
 	if h.c.String() != before {
 		t.Fatal("a refused EndTxn changed the state")
@@ -255,13 +322,13 @@ func TestRetriedEndTxn(t *testing.T) {
 	}
 	// An abort of the transaction that just committed is refused, as in Kafka: a producer whose commit
 	// timed out must not be told its records were aborted, or it would produce them again.
-	_, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: false})
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: false})
 	wantCode(t, err, runnelv1.ErrorCode_INVALID_TXN_STATE)
 	// An aborted transaction: a retried abort is success, a commit of it is refused.
 	h.add(p, "a", 1)
 	h.end(p, false)
 	h.end(p, false)
-	_, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
 	wantCode(t, err, runnelv1.ErrorCode_INVALID_TXN_STATE)
 	h.checkReplay()
 }
@@ -296,7 +363,7 @@ func TestConcurrentTransactions(t *testing.T) {
 	if d := h.state("t"); d.State != runnelv1.TxnState_TXN_PREPARE_ABORT || d.ProducerEpoch != p.ProducerEpoch+1 {
 		t.Fatalf("after takeover: %v", d)
 	}
-	_, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
 	wantCode(t, err, runnelv1.ErrorCode_PRODUCER_FENCED)
 	// Retrying before the markers are written still answers CONCURRENT_TRANSACTIONS, writing nothing.
 	_, recs, err = h.c.InitProducerId(h.now, &runnelv1.InitTxnProducerIdRequest{TransactionalId: "t"}, h.alloc)
@@ -333,7 +400,7 @@ func TestTimeoutAbort(t *testing.T) {
 		t.Fatalf("timed out: %v", d)
 	}
 	// The zombie can neither commit nor write: it is fenced.
-	_, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
+	_, _, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
 	wantCode(t, err, runnelv1.ErrorCode_PRODUCER_FENCED)
 	v, err := h.c.VerifyPartitions(&runnelv1.VerifyPartitionsRequest{Producer: p, Partitions: []*runnelv1.TopicPartitions{{Topic: "a", Partitions: []int32{0}}}})
 	if err != nil || v.Partitions[0].Error.GetCode() != runnelv1.ErrorCode_PRODUCER_FENCED {
@@ -364,7 +431,7 @@ func TestOperatorAbort(t *testing.T) {
 	h.write(recs)
 	_, _, err = h.c.AbortTransaction(h.now, &runnelv1.AbortTransactionRequest{TransactionalId: "t"})
 	wantCode(t, err, runnelv1.ErrorCode_CONCURRENT_TRANSACTIONS)
-	_, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
+	_, _, err = h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: p, Commit: true})
 	wantCode(t, err, runnelv1.ErrorCode_PRODUCER_FENCED)
 	if ms := h.completeAll(); len(ms) != 1 || ms[0].Commit {
 		t.Fatalf("markers: %v", ms)
@@ -513,10 +580,12 @@ func TestBadInput(t *testing.T) {
 			return h.c.AddOffsetsToTxn(h.now, &runnelv1.AddOffsetsToTxnRequest{Producer: p, GroupId: "g"}, 0)
 		}, runnelv1.ErrorCode_COORDINATOR_NOT_AVAILABLE},
 		{"end: unknown id", func() ([]Record, error) {
-			return h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: &runnelv1.TxnProducer{TransactionalId: "u"}})
+			_, r, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: &runnelv1.TxnProducer{TransactionalId: "u"}})
+			return r, err
 		}, runnelv1.ErrorCode_INVALID_PRODUCER_ID_MAPPING},
 		{"end: newer epoch", func() ([]Record, error) {
-			return h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: &runnelv1.TxnProducer{TransactionalId: "t", ProducerId: p.ProducerId, ProducerEpoch: 9}})
+			_, r, err := h.c.EndTxn(h.now, &runnelv1.EndTxnRequest{Producer: &runnelv1.TxnProducer{TransactionalId: "t", ProducerId: p.ProducerId, ProducerEpoch: 9}})
+			return r, err
 		}, runnelv1.ErrorCode_PRODUCER_FENCED},
 		{"abort: empty id", func() ([]Record, error) {
 			_, r, err := h.c.AbortTransaction(h.now, &runnelv1.AbortTransactionRequest{})

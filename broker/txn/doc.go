@@ -18,16 +18,26 @@
 //	                    epoch+1 and CONCURRENT_TRANSACTIONS; PREPARE_* → CONCURRENT_TRANSACTIONS
 //	AddPartitionsToTxn  EMPTY/COMPLETE_* → ONGOING (start time now); ONGOING → ONGOING (more partitions)
 //	AddOffsetsToTxn     the same, for the group's __consumer_offsets partition
-//	EndTxn              ONGOING → PREPARE_COMMIT or PREPARE_ABORT; anything else is a no-op or a refusal
+//	EndTxn              ONGOING → PREPARE_COMMIT or PREPARE_ABORT at epoch+1 (KIP-890 part 2; the answer
+//	                    carries the new epoch); anything else is a no-op or a refusal
 //	Complete            PREPARE_x → COMPLETE_x, once every partition has its marker (the shell's call)
 //	Tick                ONGOING past its timeout → PREPARE_ABORT at epoch+1; ids idle for IDExpiration
 //	                    are forgotten (a tombstone: Kafka's DEAD)
 //	AbortTransaction    ONGOING → PREPARE_ABORT at epoch+1 (the operator's abort)
 //
-// Aborts that are not the producer's own bump the epoch, so the producer is fenced (PRODUCER_FENCED at
+// Every transaction ends at a bumped epoch (KIP-890 part 2): the producer's own EndTxn answers the new
+// epoch, which its next transaction uses, with sequences from 0; the markers carry it, so a late write
+// of the ended transaction is refused by every partition (its epoch is older) and by verification,
+// instead of being admitted into the next transaction of the same epoch, where its commit would make
+// records of an aborted transaction visible. A retried EndTxn with the replaced epoch (lastEpoch,
+// kept in the record so it survives a coordinator failover) gets the same answer. The producer calls
+// InitProducerId once its epoch reaches math.MaxInt16, for a new producer id.
+//
+// Aborts that are not the producer's own bump the epoch too, so the producer is fenced (PRODUCER_FENCED at
 // the coordinator, INVALID_PRODUCER_EPOCH at the partitions, whose markers carry the new epoch): a
 // zombie can neither commit nor write into a transaction the coordinator aborted. InitProducerId never
-// hands out math.MaxInt16, so that bump always fits.
+// hands out math.MaxInt16, and a producer that EndTxn moved to it must call InitProducerId before its
+// next transaction, so that bump always fits.
 //
 // # Markers
 //

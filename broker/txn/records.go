@@ -28,8 +28,9 @@ type Record struct {
 //	value  big-endian uint16 version (1), then a runnel.v1.TransactionDescription in protobuf's wire
 //	       format (deterministic): state, producer_id, producer_epoch, transaction_timeout_ms,
 //	       transaction_start_ms, last_update_ms, partitions (by topic, partitions ascending; a group's
-//	       __consumer_offsets partition included) and groups (sorted). transactional_id, error and
-//	       coordinator_id are left empty.
+//	       __consumer_offsets partition included), groups (sorted) and, after EndTxn's epoch bump,
+//	       last_producer_epoch (producer_epoch - 1). transactional_id, error and coordinator_id are
+//	       left empty.
 //
 // Reusing the wire message keeps the value self-describing and lets later versions add fields that
 // older brokers skip. Decoding checks every field, since a compacted log outlives the code that wrote
@@ -59,7 +60,10 @@ func cmpTP(a, b tp) int {
 type txnMeta struct {
 	producerID int64
 	epoch      int16
-	state      runnelv1.TxnState
+	// lastEpoch is the epoch the producer ended its last transaction with when EndTxn bumped it to
+	// epoch (KIP-890 part 2), -1 otherwise: a retry of that EndTxn still carries it.
+	lastEpoch int16
+	state     runnelv1.TxnState
 	timeoutMs  int32
 	// startMs is when the ongoing transaction began (its first add), -1 when none is ongoing;
 	// updateMs when the id last changed state (ms since the Unix epoch).
@@ -92,9 +96,13 @@ func (m *txnMeta) sortedParts() []*runnelv1.TopicPartitions {
 
 // describe returns m in wire form, without the id and the coordinator.
 func (m *txnMeta) describe() *runnelv1.TransactionDescription {
-	return &runnelv1.TransactionDescription{State: m.state, ProducerId: m.producerID, ProducerEpoch: int32(m.epoch),
+	d := &runnelv1.TransactionDescription{State: m.state, ProducerId: m.producerID, ProducerEpoch: int32(m.epoch),
 		TransactionTimeoutMs: m.timeoutMs, TransactionStartMs: m.startMs, LastUpdateMs: m.updateMs,
 		Partitions: m.sortedParts(), Groups: slices.Sorted(maps.Keys(m.groups))}
+	if m.lastEpoch >= 0 {
+		d.LastProducerEpoch = proto.Int32(int32(m.lastEpoch))
+	}
+	return d
 }
 
 func encodeKey(id string) []byte {
@@ -139,7 +147,7 @@ func decodeValue(b []byte) (*txnMeta, error) {
 	if err := proto.Unmarshal(b[2:], &d); err != nil {
 		return fail("%v", err)
 	}
-	m := &txnMeta{producerID: d.ProducerId, state: d.State, timeoutMs: d.TransactionTimeoutMs, startMs: d.TransactionStartMs,
+	m := &txnMeta{producerID: d.ProducerId, lastEpoch: -1, state: d.State, timeoutMs: d.TransactionTimeoutMs, startMs: d.TransactionStartMs,
 		updateMs: d.LastUpdateMs, parts: map[tp]struct{}{}, groups: map[string]struct{}{}}
 	switch {
 	case d.State < runnelv1.TxnState_TXN_EMPTY || d.State > runnelv1.TxnState_TXN_COMPLETE_ABORT:
@@ -152,8 +160,13 @@ func decodeValue(b []byte) (*txnMeta, error) {
 		return fail("transaction timeout %dms", d.TransactionTimeoutMs)
 	case d.TransactionStartMs < -1:
 		return fail("transaction start %d", d.TransactionStartMs)
+	case d.LastProducerEpoch != nil && (*d.LastProducerEpoch < 0 || *d.LastProducerEpoch != d.ProducerEpoch-1):
+		return fail("last producer epoch %d with producer epoch %d", *d.LastProducerEpoch, d.ProducerEpoch)
 	}
 	m.epoch = int16(d.ProducerEpoch)
+	if d.LastProducerEpoch != nil {
+		m.lastEpoch = int16(*d.LastProducerEpoch)
+	}
 	n := 0
 	for _, t := range d.Partitions {
 		if err := checkTopic(t.Topic); err != nil {

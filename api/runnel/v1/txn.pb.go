@@ -555,8 +555,17 @@ func (x *EndTxnRequest) GetCommit() bool {
 	return false
 }
 
+// EndTxnResponse carries the producer id and epoch the producer writes its next transaction with.
+// Ending a transaction bumps the producer epoch (KIP-890 part 2): the markers are written at the new
+// epoch, so a late write of the ended transaction (an old epoch) is refused by every partition instead
+// of slipping into the next transaction, and the producer's sequences start again at 0. A producer
+// whose new epoch is 32767 (it can be bumped no further) calls InitProducerId before its next
+// transaction, which gives it a new producer id. An EndTxn of no ongoing transaction
+// answers the current id and epoch unchanged.
 type EndTxnResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    int64                  `protobuf:"varint,1,opt,name=producer_id,json=producerId,proto3" json:"producer_id,omitempty"`
+	ProducerEpoch int32                  `protobuf:"varint,2,opt,name=producer_epoch,json=producerEpoch,proto3" json:"producer_epoch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -589,6 +598,20 @@ func (x *EndTxnResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use EndTxnResponse.ProtoReflect.Descriptor instead.
 func (*EndTxnResponse) Descriptor() ([]byte, []int) {
 	return file_runnel_v1_txn_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *EndTxnResponse) GetProducerId() int64 {
+	if x != nil {
+		return x.ProducerId
+	}
+	return 0
+}
+
+func (x *EndTxnResponse) GetProducerEpoch() int32 {
+	if x != nil {
+		return x.ProducerEpoch
+	}
+	return 0
 }
 
 type VerifyPartitionsRequest struct {
@@ -949,8 +972,12 @@ type TransactionDescription struct {
 	Groups             []string           `protobuf:"bytes,9,rep,name=groups,proto3" json:"groups,omitempty"`
 	CoordinatorId      int32              `protobuf:"varint,10,opt,name=coordinator_id,json=coordinatorId,proto3" json:"coordinator_id,omitempty"`
 	LastUpdateMs       int64              `protobuf:"varint,11,opt,name=last_update_ms,json=lastUpdateMs,proto3" json:"last_update_ms,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// last_producer_epoch is the epoch the producer ended its last transaction with, when EndTxn bumped
+	// it to producer_epoch (KIP-890 part 2): a retry of that EndTxn, whose answer was lost, still
+	// carries it and is answered with the new epoch. Unset when the last bump was not EndTxn's.
+	LastProducerEpoch *int32 `protobuf:"varint,12,opt,name=last_producer_epoch,json=lastProducerEpoch,proto3,oneof" json:"last_producer_epoch,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TransactionDescription) Reset() {
@@ -1056,6 +1083,13 @@ func (x *TransactionDescription) GetCoordinatorId() int32 {
 func (x *TransactionDescription) GetLastUpdateMs() int64 {
 	if x != nil {
 		return x.LastUpdateMs
+	}
+	return 0
+}
+
+func (x *TransactionDescription) GetLastProducerEpoch() int32 {
+	if x != nil && x.LastProducerEpoch != nil {
+		return *x.LastProducerEpoch
 	}
 	return 0
 }
@@ -1420,8 +1454,11 @@ const file_runnel_v1_txn_proto_rawDesc = "" +
 	"\x17AddOffsetsToTxnResponse\"[\n" +
 	"\rEndTxnRequest\x122\n" +
 	"\bproducer\x18\x01 \x01(\v2\x16.runnel.v1.TxnProducerR\bproducer\x12\x16\n" +
-	"\x06commit\x18\x02 \x01(\bR\x06commit\"\x10\n" +
-	"\x0eEndTxnResponse\"\x89\x01\n" +
+	"\x06commit\x18\x02 \x01(\bR\x06commit\"X\n" +
+	"\x0eEndTxnResponse\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x01(\x03R\n" +
+	"producerId\x12%\n" +
+	"\x0eproducer_epoch\x18\x02 \x01(\x05R\rproducerEpoch\"\x89\x01\n" +
 	"\x17VerifyPartitionsRequest\x122\n" +
 	"\bproducer\x18\x01 \x01(\v2\x16.runnel.v1.TxnProducerR\bproducer\x12:\n" +
 	"\n" +
@@ -1444,7 +1481,7 @@ const file_runnel_v1_txn_proto_rawDesc = "" +
 	"\x1bDescribeTransactionsRequest\x12+\n" +
 	"\x11transactional_ids\x18\x01 \x03(\tR\x10transactionalIds\"e\n" +
 	"\x1cDescribeTransactionsResponse\x12E\n" +
-	"\ftransactions\x18\x01 \x03(\v2!.runnel.v1.TransactionDescriptionR\ftransactions\"\xeb\x03\n" +
+	"\ftransactions\x18\x01 \x03(\v2!.runnel.v1.TransactionDescriptionR\ftransactions\"\xb8\x04\n" +
 	"\x16TransactionDescription\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\x12*\n" +
 	"\x05error\x18\x02 \x01(\v2\x14.runnel.v1.ErrorInfoR\x05error\x12)\n" +
@@ -1460,7 +1497,9 @@ const file_runnel_v1_txn_proto_rawDesc = "" +
 	"\x06groups\x18\t \x03(\tR\x06groups\x12%\n" +
 	"\x0ecoordinator_id\x18\n" +
 	" \x01(\x05R\rcoordinatorId\x12$\n" +
-	"\x0elast_update_ms\x18\v \x01(\x03R\flastUpdateMs\"D\n" +
+	"\x0elast_update_ms\x18\v \x01(\x03R\flastUpdateMs\x123\n" +
+	"\x13last_producer_epoch\x18\f \x01(\x05H\x00R\x11lastProducerEpoch\x88\x01\x01B\x16\n" +
+	"\x14_last_producer_epoch\"D\n" +
 	"\x17AbortTransactionRequest\x12)\n" +
 	"\x10transactional_id\x18\x01 \x01(\tR\x0ftransactionalId\"b\n" +
 	"\x18AbortTransactionResponse\x12\x1f\n" +
@@ -1602,6 +1641,7 @@ func file_runnel_v1_txn_proto_init() {
 	}
 	file_runnel_v1_runnel_proto_init()
 	file_runnel_v1_groups_proto_init()
+	file_runnel_v1_txn_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
