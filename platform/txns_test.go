@@ -145,9 +145,16 @@ func TestTransactionsSingleNode(t *testing.T) {
 	if err := produce(p, 1, txnBatch(p, "c", 2, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := txns.EndTxn(ctxT(t), &runnelv1.EndTxnRequest{Producer: p, Commit: true}); err != nil {
+	// EndTxn bumps the epoch (KIP-890 part 2): the markers carry the new one, the producer moves to it.
+	old := &runnelv1.TxnProducer{TransactionalId: p.TransactionalId, ProducerId: p.ProducerId, ProducerEpoch: p.ProducerEpoch}
+	end, err := txns.EndTxn(ctxT(t), &runnelv1.EndTxnRequest{Producer: p, Commit: true})
+	if err != nil {
 		t.Fatal(err)
 	}
+	if end.ProducerId != p.ProducerId || end.ProducerEpoch != p.ProducerEpoch+1 {
+		t.Fatalf("EndTxn answered %v, want producer %d at epoch %d", end, p.ProducerId, p.ProducerEpoch+1)
+	}
+	p.ProducerEpoch = end.ProducerEpoch
 	waitState("app", runnelv1.TxnState_TXN_COMPLETE_COMMIT)
 	topics, err := tn.admin.DescribeTopics(ctxT(t), &runnelv1.DescribeTopicsRequest{Topics: []string{txn.StateTopic}})
 	if err != nil {
@@ -164,9 +171,16 @@ func TestTransactionsSingleNode(t *testing.T) {
 			t.Fatalf("tx-%d markers %+v epochs %v, want one COMMIT from offset %d at coordinator epoch %d", part, ms, epochs, firstOffset, coordEpoch)
 		}
 	}
-	// A retried EndTxn of the transaction just ended succeeds.
-	if _, err := txns.EndTxn(ctxT(t), &runnelv1.EndTxnRequest{Producer: p, Commit: true}); err != nil {
-		t.Fatalf("retried EndTxn: %v", err)
+	// A retried EndTxn of the transaction just ended succeeds, at the old epoch (its answer was lost)
+	// as at the new one, and answers the new epoch.
+	for _, q := range []*runnelv1.TxnProducer{old, p} {
+		if r, err := txns.EndTxn(ctxT(t), &runnelv1.EndTxnRequest{Producer: q, Commit: true}); err != nil || r.ProducerEpoch != p.ProducerEpoch {
+			t.Fatalf("retried EndTxn at epoch %d: %v %v", q.ProducerEpoch, r, err)
+		}
+	}
+	// A late write of the committed transaction, at its epoch, is refused by the partition.
+	if err := produce(old, 0, txnBatch(old, "late", 1, 3)); !errors.Is(err, rerr.ErrInvalidProducerEpoch) {
+		t.Fatalf("late write at the old epoch: %v, want INVALID_PRODUCER_EPOCH", err)
 	}
 
 	// Abort: an ABORT marker on the one partition, from the transaction's first offset (after the
@@ -174,12 +188,13 @@ func TestTransactionsSingleNode(t *testing.T) {
 	if err := add(p, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := produce(p, 0, txnBatch(p, "a", 2, 3)); err != nil {
+	if err := produce(p, 0, txnBatch(p, "a", 2, 0)); err != nil { // a new epoch: sequences from 0
 		t.Fatal(err)
 	}
-	if _, err := txns.EndTxn(ctxT(t), &runnelv1.EndTxnRequest{Producer: p, Commit: false}); err != nil {
+	if end, err = txns.EndTxn(ctxT(t), &runnelv1.EndTxnRequest{Producer: p, Commit: false}); err != nil {
 		t.Fatal(err)
 	}
+	p.ProducerEpoch = end.ProducerEpoch
 	waitState("app", runnelv1.TxnState_TXN_COMPLETE_ABORT)
 	if ms, _, offs := markers(t, tn, "tx", 0); len(ms) != 2 || ms[1].Commit || ms[1].FirstOffset != 4 || offs[1] != 6 {
 		t.Fatalf("tx-0 markers %+v at %v, want an ABORT from offset 4 at offset 6", ms, offs)
