@@ -124,13 +124,21 @@ type stateWrite[R any] struct {
 }
 
 // replay feeds every record of the partition, from its log start to its HW (its durable end when
-// replicated), to the core, through the codec.
+// replicated, once everything this replica has written is durable), to the core, through the codec.
 func (s *stateShard[R, C]) replay() error {
 	bad := 0
 	// A replicated partition is read to its durable end: this leader's log is the truth from now on,
 	// and what it holds above the HW becomes committed as the followers copy it.
 	end, read := s.plog.HighWatermark, s.plog.Read
 	if s.plog.Replicated() {
+		// A follower acknowledges what it has written, before its fsync: records the old leader
+		// acknowledged (a commit, a transaction's partitions) may not be durable here yet, and a
+		// replay that stopped short of them would lose them. Wait for them, or fail the load (the
+		// next follow retries it; callers get COORDINATOR_LOAD_IN_PROGRESS meanwhile).
+		if !waitDurable(s.plog, rebuildDurableWait) {
+			return rerr.New(runnelv1.ErrorCode_COORDINATOR_LOAD_IN_PROGRESS, "load %s-%d: the log is not yet durable to its end %d (at %d) after %v",
+				s.topic, s.partition, s.plog.LogEndOffset(), s.plog.DurableEnd(), rebuildDurableWait)
+		}
 		end, read = s.plog.DurableEnd, s.plog.ReadLocal
 	}
 	for off := s.plog.LogStartOffset(); off < end(); {

@@ -260,6 +260,12 @@ func TestTransactionalCopier(t *testing.T) {
 		}
 		return sum
 	}
+	// copyDone bounds how long the copiers take for what is left after the faults: the 3M run has
+	// millions of records to go, at a rate that falls with the machine's other load.
+	copyDone := 5 * time.Minute
+	if os.Getenv("RUNNEL_LONG") == "1" {
+		copyDone = 20 * time.Minute
+	}
 	start := time.Now()
 	copierKills, leaderKills := 0, 0
 	nextLeaderKill := time.Now().Add(8 * time.Second)
@@ -290,7 +296,7 @@ func TestTransactionalCopier(t *testing.T) {
 	t.Logf("faults: %d copier kills, %d leader kills in %v, when %d of %d records were copied; then the copiers finish undisturbed",
 		copierKills, leaderKills, time.Since(start).Round(time.Second), committed(), total)
 	// The offsets positions (output log ends) only bound progress; the check below is exact.
-	waitFor(t, 5*time.Minute, "the copiers to reach the end of the input", func() error {
+	waitFor(t, copyDone, "the copiers to reach the end of the input", func() error {
 		for slot, p := range copiers {
 			select {
 			case <-p.exited:
@@ -333,8 +339,8 @@ func TestTransactionalCopier(t *testing.T) {
 			copies++
 			if outcomes[txnName(r)] == "abort" {
 				// Issue #6, open: a record of a transaction the copier aborted, returned to a
-				// read_committed reader. Counted and reported below, and left out of the copy checks
-				// (it would count again as a duplicate and a reordering); every other check still holds.
+				// read_committed reader. Counted and reported below (failing the 3M run), and left out
+				// of the copy checks (it would count again as a duplicate and a reordering).
 				if abortedVisible++; abortedVisible == 1 {
 					t.Logf("%s-%d@%d is a record of aborted transaction %s, returned read_committed", out, part, r.Offset, txnName(r))
 				}
