@@ -905,7 +905,8 @@ func (t *txnManager) nextIdentity(ctx context.Context, epoch int16) error {
 // and asks the coordinator to abort (EndTxn), which writes ABORT markers: read_committed consumers
 // never see the transaction's records, and its offsets are not committed. Ending the transaction bumps
 // the producer epoch (KIP-890 part 2), which also restarts the sequences a failed record broke (with
-// nothing added to the transaction, InitProducerId bumps it), so the next transaction starts clean. The next transaction may begin when it returns.
+// nothing added to the transaction, InitProducerId bumps it), so the next transaction starts clean.
+// The next transaction may begin when it returns.
 //
 // Errors: ErrProducerFenced (fatal); ctx's error (the abort stays in progress: call it again); a
 // broker error; ErrTxnState when no transaction is open. Kafka: abortTransaction.
@@ -958,7 +959,7 @@ func (t *txnManager) abort(ctx context.Context) error {
 			return err
 		}
 		t.mu.Lock()
-		t.added = false // a retried abort does not end it again
+		t.added = false     // a retried abort does not end it again
 		t.seqBroken = false // EndTxn bumped the epoch: every sequence starts again
 		t.mu.Unlock()
 	}

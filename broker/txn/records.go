@@ -64,7 +64,7 @@ type txnMeta struct {
 	// epoch (KIP-890 part 2), -1 otherwise: a retry of that EndTxn still carries it.
 	lastEpoch int16
 	state     runnelv1.TxnState
-	timeoutMs  int32
+	timeoutMs int32
 	// startMs is when the ongoing transaction began (its first add), -1 when none is ongoing;
 	// updateMs when the id last changed state (ms since the Unix epoch).
 	startMs, updateMs int64
