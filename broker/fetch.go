@@ -144,19 +144,19 @@ func (b *Broker) readOnce(req *runnelv1.FetchRequest, maxBytes int) (*runnelv1.F
 
 // readPartition reads from offset up to limit bytes, never a batch reaching end (the HW, or the LSO for
 // read_committed). Only the first partition with data in an answer may exceed limit with its one first
-// batch (KIP-74), so one oversized batch cannot stall a consumer.
+// batch (KIP-74), so one oversized batch cannot stall a consumer. The records are in a buffer from
+// recordBufs, sized for them beforehand (readBufSize), which the answer owns.
 func readPartition(p *plog.Partition, offset int64, limit int, first bool, end int64) ([]byte, error) {
 	if offset < 0 {
 		return nil, rerr.New(runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE, "negative fetch offset %d", offset)
 	}
-	recs, err := p.ReadUpTo(nil, offset, limit, end)
-	if err != nil {
+	buf := recordBufs.get(readBufSize(p, offset, end, limit))
+	recs, err := p.ReadUpTo(*buf, offset, limit, end)
+	if err != nil || len(recs) == 0 || !first && len(recs) > limit {
+		recordBufs.Put(buf) // recs (nothing or an error) did not use it
 		return nil, err
 	}
-	if !first && len(recs) > limit {
-		return nil, nil
-	}
-	return recs, nil
+	return recs, nil // in the buffer (or in a larger one append made): the answer's, see fetch_codec.go
 }
 
 // lastNextOffset returns the offset after the last of the whole stored batches in recs (read output,

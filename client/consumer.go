@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client/batch"
 	"github.com/runnel-io/runnel/client/telemetry"
+	"google.golang.org/grpc"
 )
 
 // Consumer reads explicitly assigned partitions (for partitions shared out by a consumer group, see
@@ -21,9 +21,12 @@ import (
 // the normal shape.
 //
 // A fetch goroutine per broker long-polls Fetch for the assigned partitions that broker leads and
-// decodes the answers, while the application handles what Poll returned before: each partition has at
-// most one decoded answer waiting, so the buffer is bounded (by the fetch max bytes per broker) and the
-// next fetch of a partition is in flight while the application processes the previous one.
+// checks the answers (CRC, framing, every record's encoding; aborted transactions and control batches
+// left out), while the application handles what Poll returned before: each partition has at most
+// maxBufferedPerPartition answers waiting, bounded by the fetch max bytes, and the next fetch of a
+// partition is in flight while the application processes the previous ones. Poll (or PollFunc)
+// decodes the records of the answers it takes, as Kafka's consumer does in poll: records waiting in
+// the buffer are bytes, not objects, which keeps the garbage collector's work small.
 type Consumer struct {
 	cfg consumerConfig
 	cl  *cluster
@@ -80,13 +83,29 @@ type cpart struct {
 // metadata to settle (a broker is fenced within its 3 s session timeout).
 const outOfRangeGrace = 20 * time.Second
 
-// fetched is one partition's decoded share of a fetch answer.
+// fetched is one partition's share of a fetch answer: its batches, checked by the fetcher (scanFetched),
+// decoded by the Poll that takes them.
 type fetched struct {
-	p     *cpart
-	epoch uint64
-	recs  []*Record
-	next  int64 // position after these records (after the last batch, control records included)
-	size  int   // record bytes fetched, counted against the fetch max bytes
+	p       *cpart
+	epoch   uint64
+	batches []batch.Reader // checked: every record decodes; control batches and aborted ones left out
+	from    int64          // the fetch offset: records below it (in its batch) are not returned
+	next    int64          // position after these records (after the last batch, control records included)
+	size    int            // record bytes fetched, counted against the fetch max bytes
+	count   int            // records in batches: at least as many as Poll returns
+	// buf holds the batches' bytes (those not compressed): a recordBufs buffer that the part owns,
+	// recycled once nothing can reference it (see recycle), or nil.
+	buf *[]byte
+}
+
+// recycle returns fp's buffer to recordBufs: only for a part whose records nobody was given, or were
+// given only for the duration of a PollFunc callback. fp must not be used afterwards.
+func (fp *fetched) recycle() {
+	if fp.buf != nil {
+		recordBufs.Put(fp.buf)
+		fp.buf = nil
+	}
+	fp.batches = nil
 }
 
 // maxBufferedPerPartition is how many decoded answers of one partition may wait for Poll: more than one
@@ -222,6 +241,7 @@ func (c *Consumer) resetLocked(p *cpart, offset int64) {
 				kept = append(kept, fp)
 			} else {
 				c.bufBytes -= fp.size
+				fp.recycle() // never handed out
 			}
 		}
 		clear(c.ready[len(kept):])
@@ -262,6 +282,9 @@ func (c *Consumer) HighWatermark(topic string, partition int32) int64 {
 // Assign or Unassign of that partition; the other partitions wait meanwhile, as in Kafka. After Close,
 // Poll returns ErrClosed.
 //
+// The records' keys, values and header values share memory with the fetched answer (see Record). For
+// the highest throughput, where the records need not outlive their processing, see PollFunc.
+//
 // With tracing on (WithTelemetry), each Poll that returns records records a "receive" span linked to
 // the producers' batch spans; StartProcess starts the span of processing one record.
 func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
@@ -269,6 +292,73 @@ func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
 	recs, _, err := c.poll(ctx, nil)
 	c.received(ctx, "", start, recs)
 	return recs, err
+}
+
+// PollFunc is Poll for throughput: it takes the records Poll would return, in the same order and with
+// the same errors, and calls fn with each of them instead of returning them, reusing one Record and
+// the fetched buffers. It returns how many records fn saw. fn runs on the calling goroutine, one record
+// at a time, and cannot stop the poll: the positions have moved past every record it is given (Seek
+// to go back). fn may call the Consumer's other methods; a Seek or Pause takes effect from the next
+// poll, as after a Poll, and the records this call took are all handed to fn.
+//
+// The Record passed to fn and everything it references (Key, Value, Headers and header values) are
+// valid only until fn returns: copy what must outlive the call. In exchange PollFunc allocates nothing
+// per record, and the buffers of the answers it has handed out are reused by later fetches, so
+// consuming costs the garbage collector almost nothing; with 100-byte records that is most of a
+// consumer's CPU (docs/performance.md).
+//
+// With tracing on, each PollFunc that calls fn records a "receive" span as Poll does.
+func (c *Consumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) {
+	start := time.Now()
+	var ms []telemetry.Message // the records that may link to a producer's span: those with headers
+	traced := c.tr != nil
+	rec := &Record{}
+	first := ""
+	for {
+		taken, _, err := c.take(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		var bad map[*cpart]bool // partitions a record failed to decode in, in this poll
+		for i := range taken {
+			t := &taken[i]
+			if bad[t.fp.p] {
+				continue // after the record that failed: the partition was moved back to it
+			}
+			rec.Topic, rec.Partition = t.fp.p.topic, t.fp.p.partition
+			k, _, err := decodeTake(t, func(br *batch.Record) {
+				rec.Offset, rec.Timestamp = br.Offset, time.UnixMilli(br.Timestamp)
+				rec.Key, rec.Value, rec.Headers, rec.LeaderEpoch = br.Key, br.Value, br.Headers, br.LeaderEpoch
+				if traced && len(br.Headers) > 0 {
+					ms = append(ms, message(rec))
+				}
+				fn(rec)
+			})
+			if err != nil {
+				c.decodeFailed(t, nil, err)
+				if bad == nil {
+					bad = map[*cpart]bool{}
+				}
+				bad[t.fp.p] = true
+			}
+			if k > 0 && first == "" {
+				first = t.fp.p.topic
+			}
+			n += k
+		}
+		if n > 0 && traced {
+			c.tr.ReceiveCount(ctx, "", start, first, n, ms)
+			clear(ms) // the headers are in buffers recycled below
+		}
+		for i := range taken {
+			taken[i].fp.recycle() // fn has seen its records; nothing else has
+		}
+		*rec = Record{}
+		if n > 0 {
+			return n, nil
+		}
+	}
 }
 
 // errWoken is returned by poll when its wake channel fired before any record was ready.
@@ -282,10 +372,92 @@ type moved struct {
 	leaderEpoch int32
 }
 
+// taken is one fetched part a poll took: its records at or after floor are returned, and mv is the index
+// of the move it made in the poll's moves (-1: none).
+type taken struct {
+	fp    *fetched
+	floor int64
+	mv    int
+}
+
 // poll is Poll, which GroupConsumer shares: it also returns the partitions whose position moved (the
 // offsets a group member commits once the records are processed), and returns errWoken, without
 // records, when wake fires first (the group's rebalance events wake it).
 func (c *Consumer) poll(ctx context.Context, wake <-chan struct{}) ([]*Record, []moved, error) {
+	for {
+		tk, mv, err := c.take(ctx, wake)
+		if err != nil {
+			return nil, mv, err
+		}
+		count := 0
+		for i := range tk {
+			count += tk[i].fp.count
+		}
+		out := make([]*Record, 0, count)
+		var bad map[*cpart]int64 // partitions a record failed to decode in, in this poll: its offset
+		for i := range tk {
+			t := &tk[i]
+			p := t.fp.p
+			if at, ok := bad[p]; ok {
+				// After the record that failed: the partition was moved back to it.
+				if t.mv >= 0 {
+					mv[t.mv].next, mv[t.mv].leaderEpoch = at, -1
+				}
+				t.fp.recycle()
+				continue
+			}
+			start := len(out)
+			// One allocation of records per part (not per poll: an allocation of many megabytes
+			// costs more than several of one); the pointers into it stay valid, as it is never
+			// appended to.
+			arr := make([]Record, t.fp.count)
+			_, epoch, err := decodeTake(t, func(br *batch.Record) {
+				r := &arr[len(out)-start]
+				r.Topic, r.Partition, r.Offset, r.Timestamp = p.topic, p.partition, br.Offset, time.UnixMilli(br.Timestamp)
+				r.Key, r.Value, r.Headers, r.LeaderEpoch = br.Key, br.Value, br.Headers, br.LeaderEpoch
+				out = append(out, r)
+			})
+			if err != nil {
+				c.decodeFailed(t, mv, err)
+				if bad == nil {
+					bad = map[*cpart]int64{}
+				}
+				bad[p] = t.floor
+			}
+			if t.mv >= 0 && len(out) > start {
+				mv[t.mv].leaderEpoch = epoch
+			}
+			t.fp.batches, t.fp.buf = nil, nil // the records alias the buffer: never recycled
+		}
+		if len(out) > 0 {
+			return out, mv, nil
+		}
+		// Only control records, or records below the positions: wait for more, as before the take.
+		if err := c.waitReady(ctx, wake); err != nil {
+			return nil, mv, err
+		}
+	}
+}
+
+// waitReady waits until a fetched answer may be ready (readyCh), and returns errWoken when wake fires
+// first, ctx's error when it ends, ErrClosed when the consumer closes.
+func (c *Consumer) waitReady(ctx context.Context, wake <-chan struct{}) error {
+	select {
+	case <-c.readyCh:
+		return nil
+	case <-wake:
+		return errWoken
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return ErrClosed
+	}
+}
+
+// take waits until fetched answers are ready for Poll (or a partition holds an error, wake fires, ctx
+// ends or the consumer closes) and takes them: the partitions' positions move past them, and the
+// fetchers may fetch those partitions again. It returns the parts to decode, in order, and the moves.
+func (c *Consumer) take(ctx context.Context, wake <-chan struct{}) ([]taken, []moved, error) {
 	for {
 		c.mu.Lock()
 		if c.closed {
@@ -301,7 +473,7 @@ func (c *Consumer) poll(ctx context.Context, wake <-chan struct{}) ([]*Record, [
 				}
 			}
 		}
-		var out []*Record
+		var out []taken
 		var mv []moved
 		if len(c.ready) > 0 {
 			woken := map[int32]bool{}
@@ -310,6 +482,7 @@ func (c *Consumer) poll(ctx context.Context, wake <-chan struct{}) ([]*Record, [
 				p := fp.p
 				if c.parts[p.tp] != p || fp.epoch != p.epoch {
 					c.bufBytes -= fp.size
+					fp.recycle() // never handed out
 					continue
 				}
 				if p.paused {
@@ -318,19 +491,13 @@ func (c *Consumer) poll(ctx context.Context, wake <-chan struct{}) ([]*Record, [
 				}
 				c.bufBytes -= fp.size
 				p.buffered--
-				recs := fp.recs
-				for len(recs) > 0 && recs[0].Offset < p.position {
-					recs = recs[1:]
-				}
-				out = append(out, recs...)
+				t := taken{fp: fp, floor: max(fp.from, p.position), mv: -1}
 				if fp.next > p.position {
 					p.position = fp.next
-					m := moved{tp: p.tp, next: p.position, leaderEpoch: -1}
-					if len(recs) > 0 {
-						m.leaderEpoch = recs[len(recs)-1].LeaderEpoch
-					}
-					mv = append(mv, m)
+					t.mv = len(mv)
+					mv = append(mv, moved{tp: p.tp, next: p.position, leaderEpoch: -1})
 				}
+				out = append(out, t)
 				if f := c.fetchers[p.leader]; f != nil && !woken[p.leader] {
 					woken[p.leader] = true
 					f.wake() // its partition may be fetched again
@@ -340,18 +507,71 @@ func (c *Consumer) poll(ctx context.Context, wake <-chan struct{}) ([]*Record, [
 			c.ready = kept
 		}
 		c.mu.Unlock()
-		if len(out) > 0 {
+		if len(out) > 0 || len(mv) > 0 {
 			return out, mv, nil
 		}
-		select {
-		case <-c.readyCh:
-		case <-wake:
-			return nil, mv, errWoken
-		case <-ctx.Done():
-			return nil, mv, ctx.Err()
-		case <-c.ctx.Done():
-			return nil, mv, ErrClosed
+		if err := c.waitReady(ctx, wake); err != nil {
+			return nil, mv, err
 		}
+	}
+}
+
+// decodeTake decodes t's records in order, the control records and those below t.floor left out (and,
+// from a malformed answer only, records below an earlier one or past their batch's last offset, so no
+// offset comes twice), calling emit with each. br and what it references are reused after emit
+// returns. It returns how many it emitted and the leader epoch of the last one, or the error of a record
+// that does not decode (which scanFetched's check rules out).
+func decodeTake(t *taken, emit func(br *batch.Record)) (int, int32, error) {
+	n, epoch, floor := 0, int32(-1), t.floor
+	var br batch.Record
+	for i := range t.fp.batches {
+		rd := &t.fp.batches[i]
+		end := rd.Header().NextOffset()
+		for {
+			ok, err := rd.Next(&br)
+			if err != nil {
+				t.floor = floor
+				return n, epoch, err
+			}
+			if !ok {
+				break
+			}
+			if br.Control || br.Offset < floor || br.Offset >= end {
+				continue
+			}
+			floor = br.Offset + 1
+			n++
+			epoch = br.LeaderEpoch
+			emit(&br)
+		}
+	}
+	t.floor = floor
+	return n, epoch, nil
+}
+
+// decodeFailed handles a record that did not decode although the fetcher's check accepted its batch (a
+// bug, not damage: the check decodes every record): the records after it, which the take's move
+// skipped, must not be lost. Unless the partition moved meanwhile, its position goes back to the
+// record (t.floor, past the records returned) and it holds err until Seek; mv's move of it, if given,
+// says so.
+func (c *Consumer) decodeFailed(t *taken, mv []moved, err error) {
+	p := t.fp.p
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.parts[p.tp] != p || p.epoch != t.fp.epoch {
+		return
+	}
+	c.resetLocked(p, t.floor)
+	if p.err == nil {
+		c.nerr++
+	}
+	p.err = err
+	if t.mv >= 0 && mv != nil {
+		mv[t.mv].next = t.floor
+	}
+	select {
+	case c.readyCh <- struct{}{}: // wake Poll to return it
+	default:
 	}
 }
 
@@ -534,7 +754,7 @@ func (f *fetcher) fetch(items []fetchItem) {
 		MinBytes:  cfg.fetchMinBytes,
 		MaxBytes:  cfg.fetchMaxBytes,
 		// READ_COMMITTED: the leader answers up to the LSO and lists the aborted transactions
-		// in the answer, which decodeFetched drops.
+		// in the answer, which scanFetched drops.
 		IsolationLevel: cfg.isolation.proto(),
 	}
 	for _, it := range items {
@@ -553,18 +773,29 @@ func (f *fetcher) fetch(items []fetchItem) {
 	}
 	f.calls[call] = struct{}{}
 	f.mu.Unlock()
-	var resp *runnelv1.FetchResponse
+	reply := &fetchReply{FetchResponse: &runnelv1.FetchResponse{}}
 	cc, err := c.cl.nodeConn(f.node)
 	if err == nil {
-		resp, err = runnelv1.NewRecordsClient(cc).Fetch(ctx, req)
-		err = wireErr(err)
+		// The generated client's Fetch, decoding into reply, which also gets each partition's records
+		// buffer (fetchCodec).
+		err = wireErr(cc.Invoke(ctx, runnelv1.Records_Fetch_FullMethodName, req, reply, grpc.StaticMethod(), fetchCallCodec))
 	}
+	resp := reply.FetchResponse
 	cancel()
 	f.mu.Lock()
 	interrupted := call.interrupted
 	delete(f.calls, call)
 	f.mu.Unlock()
 
+	// Each partition's records buffer, until a fetched part takes it; the rest are recycled on return.
+	bufs := reply.bufs
+	defer func() {
+		for _, b := range bufs {
+			if b != nil {
+				recordBufs.Put(b)
+			}
+		}
+	}()
 	if err != nil {
 		if c.ctx.Err() != nil {
 			return
@@ -586,13 +817,15 @@ func (f *fetcher) fetch(items []fetchItem) {
 		return
 	}
 
-	// Decode outside the lock: this is the work that overlaps the application's.
+	// Check outside the lock: this is the work that overlaps the application's.
 	type outcome struct {
-		recs []*Record
-		next int64
-		err  error
-		hw   int64
-		size int
+		batches []batch.Reader
+		count   int
+		next    int64
+		err     error
+		hw      int64
+		size    int
+		buf     *[]byte
 		// aboveEnd: OFFSET_OUT_OF_RANGE for a position past the answering broker's log end (not below
 		// its log start, which retention explains).
 		aboveEnd bool
@@ -600,15 +833,19 @@ func (f *fetcher) fetch(items []fetchItem) {
 	outs := make([]outcome, len(items))
 	for i, it := range items {
 		var res *runnelv1.FetchPartitionResult
+		j := -1
 		if i < len(resp.Partitions) && resp.Partitions[i].Topic == it.p.topic && resp.Partitions[i].Partition == it.p.partition {
-			res = resp.Partitions[i]
+			j = i
 		} else {
-			for _, r := range resp.Partitions {
+			for k, r := range resp.Partitions {
 				if r.Topic == it.p.topic && r.Partition == it.p.partition {
-					res = r
+					j = k
 					break
 				}
 			}
+		}
+		if j >= 0 {
+			res = resp.Partitions[j]
 		}
 		o := &outs[i]
 		o.next, o.hw = it.offset, -1
@@ -625,7 +862,10 @@ func (f *fetcher) fetch(items []fetchItem) {
 		if cfg.isolation == ReadCommitted {
 			aborted = res.AbortedTransactions
 		}
-		o.recs, o.next, o.err = decodeFetched(res.Records, it.p.topic, it.p.partition, it.offset, aborted)
+		o.batches, o.count, o.next, o.err = scanFetched(res.Records, it.offset, aborted)
+		if j < len(bufs) && len(o.batches) > 0 {
+			o.buf, bufs[j] = bufs[j], nil
+		}
 	}
 
 	refresh := false
@@ -635,7 +875,10 @@ func (f *fetcher) fetch(items []fetchItem) {
 		p, o := it.p, outs[i]
 		p.inflight = false
 		if c.parts[p.tp] != p || p.epoch != it.epoch {
-			continue // moved or unassigned while in flight
+			if o.buf != nil {
+				recordBufs.Put(o.buf) // moved or unassigned while in flight: dropped unread
+			}
+			continue
 		}
 		if o.hw >= 0 {
 			p.hw = o.hw
@@ -643,10 +886,10 @@ func (f *fetcher) fetch(items []fetchItem) {
 				p.maxHW = max(p.maxHW, o.hw)
 			}
 		}
-		if len(o.recs) > 0 || o.next > it.offset {
+		if len(o.batches) > 0 || o.next > it.offset {
 			p.fetchOffset = o.next
 			p.attempts = 0
-			c.ready = append(c.ready, &fetched{p: p, epoch: it.epoch, recs: o.recs, next: o.next, size: o.size})
+			c.ready = append(c.ready, &fetched{p: p, epoch: it.epoch, batches: o.batches, from: it.offset, next: o.next, size: o.size, count: o.count, buf: o.buf})
 			c.bufBytes += o.size
 			p.buffered++
 			added = true
@@ -752,51 +995,48 @@ func (c *Consumer) refreshLeaders() {
 	}
 }
 
-// decodeFetched decodes the batches of one partition's fetch answer into records at or after from,
-// skipping control records and, when aborted lists the answer's aborted transactions (a
-// read_committed fetch), the records of those transactions (see abortedFilter). It returns the offset
-// after the last whole batch, skipped batches included. A trailing batch cut short (a broker may end an
-// answer mid-batch) is left for the next fetch; damage anywhere else is an error, returned with the
-// records before it.
-func decodeFetched(b []byte, topic string, partition int32, from int64, aborted []*runnelv1.AbortedTransaction) ([]*Record, int64, error) {
-	recs := make([]Record, 0, countRecords(b))
+// scanFetched checks the batches of one partition's fetch answer that hold records at or after from, as
+// the fetcher does before handing them to Poll: the batches of aborted transactions (when aborted lists
+// the answer's aborted transactions, a read_committed fetch; see abortedFilter) and control batches are
+// left out, every other batch is validated (CRC, framing) and each of its records decoded once without
+// being kept (batch.Reader.Check), so that Poll, which decodes them again, meets no damage. It returns
+// the batches' readers (aliasing b, or the batch's decompressed records), how many records they hold,
+// and the offset after the last whole batch, skipped batches included. A trailing batch cut short (a
+// broker may end an answer mid-batch) is left for the next fetch; damage anywhere else is an error,
+// returned with the batches before it.
+func scanFetched(b []byte, from int64, aborted []*runnelv1.AbortedTransaction) ([]batch.Reader, int, int64, error) {
+	var batches []batch.Reader
+	count := 0
 	next := from
-	floor := from // no record below it is returned: the answer's records come out strictly increasing
 	f := newAbortedFilter(aborted)
 	for len(b) > 0 {
 		if next > from && (len(b) < batch.HeaderSize || int64(binary.BigEndian.Uint32(b[8:]))+12 > int64(len(b))) {
 			break
 		}
-		end := int64(math.MaxInt64)
-		if h, err := batch.ParseHeader(b); err == nil { // else DecodeBatch reports the error below
-			if f != nil && f.skip(h) {
-				next = max(next, h.NextOffset())
-				b = b[h.Size():]
-				continue
-			}
-			end = h.NextOffset()
+		if h, err := batch.ParseHeader(b); err == nil && f != nil && f.skip(h) { // else OpenBatch reports the error below
+			next = max(next, h.NextOffset())
+			b = b[h.Size():]
+			continue
 		}
-		kept := len(recs)
-		h, err := batch.DecodeBatch(b, func(br batch.Record) error {
-			// Records below the fetch offset share its batch with it. Those below an earlier record
-			// or past their batch's last offset only come from a malformed answer (overlapping
-			// batches, offset deltas out of order): dropped, so Poll never returns an offset twice.
-			if br.Control || br.Offset < floor || br.Offset >= end {
-				return nil
-			}
-			floor = br.Offset + 1
-			recs = append(recs, Record{Topic: topic, Partition: partition, Offset: br.Offset, Timestamp: time.UnixMilli(br.Timestamp),
-				Key: br.Key, Value: br.Value, Headers: br.Headers, LeaderEpoch: br.LeaderEpoch})
-			return nil
-		})
+		rd, err := batch.OpenBatch(b)
+		if err == nil {
+			err = rd.Check()
+		}
 		if err != nil {
-			// Drop the damaged batch's records: they are returned (or not) when it is fetched again.
-			return pointers(recs[:kept]), next, err
+			return batches, count, next, err
+		}
+		h := rd.Header()
+		if !h.IsControl() { // control records are never returned
+			if batches == nil {
+				batches = make([]batch.Reader, 0, countBatches(b))
+			}
+			batches = append(batches, rd)
+			count += int(h.RecordCount)
 		}
 		next = max(next, h.NextOffset())
 		b = b[h.Size():]
 	}
-	return pointers(recs), next, nil
+	return batches, count, next, nil
 }
 
 // abortedFilter drops the batches of aborted transactions from a read_committed fetch answer, as
@@ -836,30 +1076,17 @@ func (f *abortedFilter) skip(h batch.Header) bool {
 	return h.IsTransactional() && f.active[h.ProducerID]
 }
 
-// countRecords sums the record counts of the batch headers in b, so the answer's records are allocated
-// once. The sum is capped by what b could hold, since the headers are not validated yet.
-func countRecords(b []byte) int {
-	n, total := 0, len(b)
+// countBatches returns how many whole batches b begins with, to size the list of an answer's batches
+// once. The headers are not validated yet.
+func countBatches(b []byte) int {
+	n := 0
 	for len(b) >= batch.HeaderSize {
 		size := int64(binary.BigEndian.Uint32(b[8:])) + 12
 		if size > int64(len(b)) || size < batch.HeaderSize {
 			break
 		}
-		n += int(int32(binary.BigEndian.Uint32(b[57:])))
+		n++
 		b = b[size:]
 	}
-	return max(0, min(n, total/7)) // a record takes at least 7 bytes
-}
-
-// pointers returns pointers into recs, which is never appended to again, so they stay valid (one
-// allocation per answer instead of one per record).
-func pointers(recs []Record) []*Record {
-	if len(recs) == 0 {
-		return nil
-	}
-	out := make([]*Record, len(recs))
-	for i := range recs {
-		out[i] = &recs[i]
-	}
-	return out
+	return n
 }

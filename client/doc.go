@@ -14,6 +14,7 @@
 //	c, err := client.NewConsumer([]string{"127.0.0.1:7070"})
 //	err = c.Assign("orders", 0, client.OffsetEarliest())
 //	recs, err := c.Poll(ctx)
+//	n, err := c.PollFunc(ctx, func(r *client.Record) { ... }) // r valid during the call only: for throughput
 //
 //	g, err := client.NewGroupConsumer([]string{"127.0.0.1:7070"}, "billing",
 //		client.WithAutoOffsetReset(client.OffsetEarliest()))
@@ -93,6 +94,10 @@
 // producer's. See docs/telemetry.md.
 //
 // Choices that differ from Kafka's Java client, and why:
+//   - linger defaults to 0 (Kafka 4.0: 5 ms; 0 before it, and in franz-go): natural batching. A
+//     partition's batch is sent as soon as its broker's stream has a request slot free (fewer than
+//     WithMaxInFlight unanswered) and grows while none is, so under light load a record waits one round
+//     trip, not a linger, and under heavy load the requests in flight keep batches large.
 //   - batch.size defaults to 1 MiB (Kafka: 16 KiB): a gRPC request costs more than a Kafka one, and
 //     large batches are what lets one producer write a million records a second.
 //   - A batch that compression does not shrink is sent uncompressed.

@@ -199,7 +199,7 @@ func defaultProducerConfig() producerConfig {
 	return producerConfig{
 		common:          defaultCommon(),
 		acks:            AcksAll,
-		linger:          5 * time.Millisecond,
+		linger:          0,
 		batchBytes:      1 << 20,
 		maxBuffered:     64 << 20,
 		maxRequestBytes: 16 << 20,
@@ -312,8 +312,15 @@ func WithAcks(a Acks) ProducerOption {
 
 // WithLinger sets how long a partition's batch waits for more records after its first one before it is
 // sent, trading latency for larger batches. A batch goes sooner when full, on Flush, or when Produce is
-// waiting for buffer space. 0 sends as soon as the connection can take a request (batches still grow
-// while max-in-flight requests are outstanding). Default 5ms. Kafka: linger.ms.
+// waiting for buffer space. Default 0: natural batching, as franz-go's default and Kafka's linger.ms=0
+// do. A batch is sent as soon as its broker's stream has a request slot free (fewer than WithMaxInFlight
+// requests unanswered), and records accumulate into it while every slot is taken, so the batch sent
+// when an answer frees a slot holds what came meanwhile. Under a light load a record therefore waits
+// one round trip (plus the broker's fsync with AcksAll), not a linger; under a heavy one the requests
+// in flight keep the batches large, up to WithBatchBytes. A linger only adds latency then, and helps
+// only to make batches larger when records come slowly and requests are costly (many producers with
+// few records each, or compression that gains from larger batches). Kafka: linger.ms (whose default
+// was 0 until Kafka 4.0 made it 5ms).
 func WithLinger(d time.Duration) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.linger = d })
 }

@@ -16,8 +16,9 @@ import (
 )
 
 // Producer writes records to topics. Produce is asynchronous: records are encoded at once into their
-// partition's open batch, batches are sent when full or after the linger, and each record's promise runs
-// when the broker answers. Safe for concurrent use.
+// partition's open batch, a batch is sent as soon as its broker's stream can take another request (or,
+// with WithLinger, after the linger) and grows while it cannot, and each record's promise runs when the
+// broker answers. Safe for concurrent use.
 //
 // How it works: every partition keeps one open batch (a batch.Builder records are encoded into, pooled
 // with its buffers) and a queue of sealed batches. Each broker that leads partitions has a sink: one
@@ -83,8 +84,8 @@ type Producer struct {
 	identRetry    time.Time // no new InitProducerId before this, after a failure
 	identFailures int       // consecutive failed InitProducerId rounds, for the backoff
 
-	batches sync.Pool // *pbatch
-	corr    atomic.Int64
+	free batchPool // finished batches whose buffers the next batches reuse
+	corr atomic.Int64
 
 	metaWake chan struct{}
 
@@ -131,6 +132,8 @@ type ppart struct {
 	// epoch is the leader epoch from the latest metadata, sent with each batch (KIP-320) so a broker
 	// that is no longer the leader, or not yet, refuses it rather than storing it.
 	epoch    atomic.Int32
+	lastSize int       // bytes of the partition's last sealed batch, which sizes the next one's buffer
+	lastLen  int       // records of the partition's last sealed batch, which sizes the next one's records
 	nextSeq  uint64    // sequence of the next batch created
 	nextDone uint64    // sequence of the next batch whose promises may run
 	held     []*pbatch // finished batches waiting for an earlier one, by sequence
@@ -165,7 +168,7 @@ type seqBreak struct {
 	err   error
 }
 
-// pending is a record and its promise, waiting in a batch.
+// pending is a record and its promise (nil when Produce was given none), waiting in a batch.
 type pending struct {
 	r  *Record
 	fn func(*Record, error)
@@ -186,6 +189,10 @@ type pbatch struct {
 	attempts int
 	lastErr  error
 	send     *telemetry.SendSpan // the batch's span; nil when not traced
+	// unanswered counts the sends of wire the broker has not answered: the transport may still read
+	// wire then (produceCodec references it), so a batch is recycled only at 0. A send on a stream that
+	// broke is never answered, so its batch is left to the garbage collector.
+	unanswered atomic.Int32
 	// outcome
 	base       int64
 	appendTime int64
@@ -264,42 +271,45 @@ func (p *Producer) exit() {
 // r must not be modified until the promise runs; the producer writes r.Partition, r.Offset and, when
 // zero, r.Timestamp.
 func (p *Producer) Produce(ctx context.Context, r *Record, promise func(*Record, error)) {
-	if promise == nil {
-		promise = func(*Record, error) {}
+	// A nil promise is kept as nil in the batch, so completing its record costs no call; the paths
+	// below that fail the record at once call fail.
+	fail := promise
+	if fail == nil {
+		fail = func(*Record, error) {}
 	}
 	if !p.enter() {
-		promise(r, ErrClosed)
+		fail(r, ErrClosed)
 		return
 	}
 	defer p.exit()
 	if p.txn != nil {
 		if err := p.txn.enterProduce("Produce"); err != nil {
-			promise(r, err)
+			fail(r, err)
 			return
 		}
 		defer p.txn.exitProduce()
 	}
 	if r.Topic == "" {
-		promise(r, rerr.New(runnelv1.ErrorCode_INVALID_TOPIC_EXCEPTION, "record without a topic"))
+		fail(r, rerr.New(runnelv1.ErrorCode_INVALID_TOPIC_EXCEPTION, "record without a topic"))
 		return
 	}
 	size := batch.RecordSize(r.Key, r.Value, r.Headers)
 	if size+batch.HeaderSize > p.cfg.maxRequestBytes || int64(size) > p.cfg.maxBuffered {
-		promise(r, rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "record of %d bytes is larger than max request bytes (%d) or max buffered bytes (%d)",
+		fail(r, rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "record of %d bytes is larger than max request bytes (%d) or max buffered bytes (%d)",
 			size, p.cfg.maxRequestBytes, p.cfg.maxBuffered))
 		return
 	}
 	if err := ctx.Err(); err != nil {
-		promise(r, err)
+		fail(r, err)
 		return
 	}
 	t, err := p.topic(ctx, r.Topic)
 	if err != nil {
-		promise(r, err)
+		fail(r, err)
 		return
 	}
 	if err := p.buf.acquire(ctx, int64(size), p.wakeAll); err != nil {
-		promise(r, err)
+		fail(r, err)
 		return
 	}
 	p.outstanding.Add(1)
@@ -308,7 +318,7 @@ func (p *Producer) Produce(ctx context.Context, r *Record, promise func(*Record,
 	}
 	if err := p.append(ctx, t, r, promise, size); err != nil {
 		p.buf.release(int64(size))
-		promise(r, err)
+		fail(r, err)
 		p.recordsDone(1)
 	}
 }
@@ -709,11 +719,14 @@ func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise fun
 }
 
 func (p *Producer) newBatch(pp *ppart) *pbatch {
-	b, _ := p.batches.Get().(*pbatch)
-	if b == nil {
-		b = &pbatch{}
-	}
+	b := p.free.get()
 	b.bld.Reset()
+	// Room for twice the partition's last batch: the next is likely about as large (full ones at full
+	// speed), and a buffer allocated at its size is not grown by copying, nor faulted in twice. Twice,
+	// because sizes vary from batch to batch (keyed records spread over many partitions, say), and a
+	// batch that outgrows its buffer copies all of it.
+	b.bld.Grow(min(2*pp.lastSize, p.cfg.batchBytes) - batch.HeaderSize)
+	b.recs = slices.Grow(b.recs, 2*pp.lastLen)
 	now := time.Now()
 	b.seq = pp.nextSeq
 	pp.nextSeq++
@@ -722,18 +735,59 @@ func (p *Producer) newBatch(pp *ppart) *pbatch {
 }
 
 func (p *Producer) putBatch(b *pbatch) {
+	if b.bld.Size() > 2*p.cfg.batchBytes || p.acks == runnelv1.Acks_ACKS_NONE || b.unanswered.Load() != 0 {
+		// An outsized buffer is left to the GC, and so is one the transport may still read: with acks=0
+		// nothing says when it is done, and a send on a broken stream is never answered.
+		return
+	}
 	clear(b.recs)
 	b.recs = b.recs[:0]
 	b.bytes, b.wire, b.ident, b.baseSeq, b.doomed, b.attempts, b.lastErr, b.err, b.send = 0, nil, nil, 0, false, 0, nil, nil, nil
-	if b.bld.Size() > 2*p.cfg.batchBytes || p.acks == runnelv1.Acks_ACKS_NONE {
-		return // an outsized buffer (or one gRPC may still read, with acks=0) is left to the GC
+	p.free.put(b, p.cfg.maxBuffered/2)
+}
+
+// batchPool keeps finished batches, with their builders' buffers and record slices, for the next
+// batches: a buffer that is reused is already grown and its pages already touched, where a fresh one
+// is grown by copying and faulted in page by page, which cost more than encoding the records into it.
+// Unlike a sync.Pool it is not emptied by garbage collections, which a producer at full speed runs
+// several times a second. It holds at most half the buffered-bytes cap (WithMaxBufferedBytes) of buffer
+// capacity, and hands out the most recently freed batch first, whose memory is likeliest in cache.
+type batchPool struct {
+	mu    sync.Mutex
+	free  []*pbatch
+	bytes int64 // buffer capacity held in free
+}
+
+func (bp *batchPool) get() *pbatch {
+	bp.mu.Lock()
+	n := len(bp.free)
+	if n == 0 {
+		bp.mu.Unlock()
+		return &pbatch{}
 	}
-	p.batches.Put(b)
+	b := bp.free[n-1]
+	bp.free[n-1] = nil
+	bp.free = bp.free[:n-1]
+	bp.bytes -= int64(b.bld.Cap())
+	bp.mu.Unlock()
+	return b
+}
+
+// put keeps b unless the pool would then hold more than max bytes of buffers.
+func (bp *batchPool) put(b *pbatch, max int64) {
+	c := int64(b.bld.Cap())
+	bp.mu.Lock()
+	if bp.bytes+c <= max {
+		bp.free = append(bp.free, b)
+		bp.bytes += c
+	}
+	bp.mu.Unlock()
 }
 
 // sealLocked closes the open batch and queues it for sending, building it (and those sealed before it
 // while the producer identity was pending) when the identity is known.
 func (pp *ppart) sealLocked(p *Producer) {
+	pp.lastSize, pp.lastLen = pp.cur.bld.Size(), len(pp.cur.recs)
 	pp.queue = append(pp.queue, pp.cur)
 	pp.cur = nil
 	pp.buildLocked(p)
@@ -941,7 +995,9 @@ func (p *Producer) finish(b *pbatch) {
 				pr.r.Timestamp = time.UnixMilli(b.appendTime)
 			}
 		}
-		pr.fn(pr.r, err)
+		if pr.fn != nil {
+			pr.fn(pr.r, err)
+		}
 	}
 	n := len(b.recs)
 	p.putBatch(b)

@@ -321,6 +321,11 @@ func (s *sink) send(req *request) {
 			return
 		}
 		s.inflight[req.id] = req // before Send: the answer may beat Send's return
+		for _, b := range req.batches {
+			// The transport reads b.wire after Send returns (produceCodec does not copy it): the
+			// batch's buffer may be reused only once this send is answered.
+			b.unanswered.Add(1)
+		}
 		s.mu.Unlock()
 	}
 	if err := st.Send(pr); err != nil {
@@ -360,7 +365,7 @@ func (s *sink) ensureStream() (grpc.BidiStreamingClient[runnelv1.ProduceRequest,
 	}
 	// Not derived from the producer's context: shutdown ends streams gracefully, then cancels them.
 	ctx, cancel := context.WithCancel(context.Background())
-	st, err := runnelv1.NewRecordsClient(cc).ProduceStream(ctx)
+	st, err := runnelv1.NewRecordsClient(cc).ProduceStream(ctx, produceStreamCodec)
 	if err != nil {
 		cancel()
 		if s.p.ctx.Err() != nil {
@@ -461,6 +466,9 @@ func (s *sink) handle(resp *runnelv1.ProduceResponse) {
 		return
 	}
 	s.wake() // a request slot is free
+	for _, b := range req.batches {
+		b.unanswered.Add(-1) // the broker read the whole request: the transport is done with it
+	}
 	for i, pp := range req.parts {
 		var res *runnelv1.ProducePartitionResult
 		if i < len(resp.Partitions) && resp.Partitions[i].Topic == pp.topic && resp.Partitions[i].Partition == pp.id {

@@ -26,9 +26,11 @@ func (c *Consumer) received(ctx context.Context, group string, start time.Time, 
 		ms = c.msgs[:0]
 	}
 	for _, r := range recs {
-		ms = append(ms, message(r))
+		if len(r.Headers) > 0 { // only a record with headers can name its producer's span
+			ms = append(ms, message(r))
+		}
 	}
-	c.tr.Receive(ctx, group, start, ms)
+	c.tr.ReceiveCount(ctx, group, start, recs[0].Topic, len(recs), ms)
 	if mine {
 		clear(ms) // drop the references to the fetched records' memory
 		c.msgs = ms[:0]

@@ -143,6 +143,8 @@ func (n *Node) Start() (err error) {
 	n.grpc = grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(broker.MaxMessageBytes),
 		grpc.MaxSendMsgSize(broker.MaxMessageBytes),
+		// Fetch answers go out with their records referenced, not copied (broker/fetch_codec.go).
+		broker.ServerCodec(),
 		// Produce streams and long polls live long; keep idle connections up and notice dead peers.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

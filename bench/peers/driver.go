@@ -11,6 +11,7 @@ import (
 type AckFunc func(intended time.Time, bytes int, err error)
 
 // RecordFunc is called for every record a consumer reads; it may run on several goroutines at once.
+// key and value are valid only during the call (the Runnel driver reads with PollFunc, which reuses them).
 type RecordFunc func(key, value []byte)
 
 // Driver is one system under test as the harness sees it, through that system's own Go client. A

@@ -152,7 +152,7 @@ func groups(o options) []group {
 	natsVer := versionOf(o.natsBin, `v?\d+\.\d+\.\d+`, "--version")
 	redisVer := versionOf(o.redisBin, `v=\S+`, "--version")
 	redisVer = strings.TrimPrefix(redisVer, "v=")
-	sdk := "runnel client/ (this tree), SDK defaults: linger 5ms, 1 MiB batches, 64 MiB buffer, 5 requests in flight"
+	sdk := "runnel client/ (this tree), SDK defaults: linger 0 (a batch goes when a request slot is free), 1 MiB batches, 64 MiB buffer, 5 requests in flight"
 	runnelDrv := func(acks client.Acks) func(server) (Driver, error) {
 		return func(s server) (Driver, error) { return newRunnelDriver(s.(*runnelServer).brokers, acks) }
 	}

@@ -53,7 +53,7 @@ func FilterRecords(b []byte, keep func(Record) bool) (out []byte, kept int32, er
 			return nil, 0, corrupt("record %d of %d at byte %d has a bad length", i, h.RecordCount, pos)
 		}
 		end := pos + w + int(n)
-		tsDelta, offDelta, msg := decodeRecord(area[pos+w:end], &rec)
+		tsDelta, offDelta, msg := readRecord(area[pos+w:end], &rec)
 		if msg != "" {
 			return nil, 0, corrupt("record %d of %d: %s", i, h.RecordCount, msg)
 		}

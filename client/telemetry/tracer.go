@@ -278,7 +278,7 @@ func (t *Tracer) StartProcessBatch(ctx context.Context, group string, ms []Messa
 	if t == nil || len(ms) == 0 {
 		return ctx, noop.Span{}
 	}
-	return t.tracer.Start(ctx, OpProcess+" "+ms[0].Topic, t.batchOptions(trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, OpProcess, group, ms)...)
+	return t.tracer.Start(ctx, OpProcess+" "+ms[0].Topic, t.batchOptions(trace.SpanKindConsumer, semconv.MessagingOperationTypeProcess, OpProcess, group, ms[0].Topic, len(ms), ms)...)
 }
 
 // Receive records a finished span (kind client, operation receive) for a poll by a member of group
@@ -289,14 +289,26 @@ func (t *Tracer) Receive(ctx context.Context, group string, start time.Time, ms 
 	if t == nil || len(ms) == 0 {
 		return
 	}
-	opts := append(t.batchOptions(trace.SpanKindClient, semconv.MessagingOperationTypeReceive, OpReceive, group, ms), trace.WithTimestamp(start))
-	_, span := t.tracer.Start(ctx, OpReceive+" "+ms[0].Topic, opts...)
+	t.ReceiveCount(ctx, group, start, ms[0].Topic, len(ms), ms)
+}
+
+// ReceiveCount is Receive for a poll that returned n records, the first of them from topic, given
+// only those that may carry a producer's span context (records with headers; the others cannot
+// link): the same span, without a Message per record. Nothing happens for a nil Tracer or n = 0.
+func (t *Tracer) ReceiveCount(ctx context.Context, group string, start time.Time, topic string, n int, ms []Message) {
+	if t == nil || n == 0 {
+		return
+	}
+	opts := append(t.batchOptions(trace.SpanKindClient, semconv.MessagingOperationTypeReceive, OpReceive, group, topic, n, ms), trace.WithTimestamp(start))
+	_, span := t.tracer.Start(ctx, OpReceive+" "+topic, opts...)
 	span.End()
 }
 
-func (t *Tracer) batchOptions(kind trace.SpanKind, op attribute.KeyValue, name, group string, ms []Message) []trace.SpanStartOption {
+// batchOptions are the start options of a span over n records of topic, linked to the producer spans
+// named in ms's headers.
+func (t *Tracer) batchOptions(kind trace.SpanKind, op attribute.KeyValue, name, group, topic string, n int, ms []Message) []trace.SpanStartOption {
 	attrs := []attribute.KeyValue{semconv.MessagingSystemKey.String(SystemName), op, semconv.MessagingOperationName(name),
-		AttrTopic.String(ms[0].Topic), semconv.MessagingBatchMessageCount(len(ms))}
+		AttrTopic.String(topic), semconv.MessagingBatchMessageCount(n)}
 	if group != "" {
 		attrs = append(attrs, AttrGroup.String(group))
 	}

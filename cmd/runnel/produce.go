@@ -25,7 +25,7 @@ func (f *producerFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.acks, "acks", "all", "when a record counts as written: all (fsynced and in every in-sync replica), 1 (leader wrote it), 0 (no answer)")
 	fs.StringVar(&f.compression, "compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
-	fs.DurationVar(&f.linger, "linger", 0, "how long a batch waits for more records before it is sent (0: the SDK default, 5ms)")
+	fs.DurationVar(&f.linger, "linger", 0, "how long a batch waits for more records before it is sent (default: the SDK's, 0: sent as soon as a request slot is free)")
 	fs.IntVar(&f.batchBytes, "batch-bytes", 0, "largest batch per partition in bytes (0: the SDK default)")
 }
 

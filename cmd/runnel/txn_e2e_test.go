@@ -44,6 +44,21 @@ func TestCLITransactions(t *testing.T) {
 		t.Fatalf("read_committed after the bench: %d records, want 3000", len(got))
 	}
 
+	// One plain record in each partition, so both have records to read whichever partitions the
+	// bench's sticky partitioner filled.
+	plain, err := client.NewProducer([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for part := int32(0); part < 2; part++ {
+		r := client.NewRecord("tx", nil, []byte("plain"))
+		r.Partition = part
+		if err := plain.ProduceSync(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain.Close()
+
 	// A transaction left open by a producer that went away (not closed: Close would abort it).
 	p, err := client.NewProducer([]string{addr}, client.WithTransactionalID("stuck"))
 	if err != nil {
@@ -119,11 +134,11 @@ func TestCLITransactions(t *testing.T) {
 		t.Fatal("consume --isolation read_committed --end did not end within 20 s of the abort")
 	}
 	// The aborted record is never read committed, and read uncommitted it is there.
-	if got := parseJSONLines(t, mustCLI(t, "", "consume", "tx", "--isolation", "read_committed", "--end", "-o", "json", b).stdout); len(got) != 3000 {
-		t.Fatalf("read_committed after the abort: %d records, want 3000", len(got))
+	if got := parseJSONLines(t, mustCLI(t, "", "consume", "tx", "--isolation", "read_committed", "--end", "-o", "json", b).stdout); len(got) != 3002 {
+		t.Fatalf("read_committed after the abort: %d records, want 3002", len(got))
 	}
-	if got := parseJSONLines(t, mustCLI(t, "", "consume", "tx", "--end", "-o", "json", b).stdout); len(got) != 3001 {
-		t.Fatalf("read_uncommitted after the abort: %d records, want 3001", len(got))
+	if got := parseJSONLines(t, mustCLI(t, "", "consume", "tx", "--end", "-o", "json", b).stdout); len(got) != 3003 {
+		t.Fatalf("read_uncommitted after the abort: %d records, want 3003", len(got))
 	}
 	// Its producer is fenced.
 	if err := p.CommitTransaction(ctx); !errors.Is(err, client.ErrProducerFenced) {

@@ -1,0 +1,140 @@
+package batch
+
+import (
+	"encoding/binary"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+// readAll reads b with a Reader as the consumer does: OpenBatch, Check, then Next until the end. It
+// returns the records and the first error (of OpenBatch, Check, or Next after a Check that passed,
+// which must not happen).
+func readAll(t testing.TB, b []byte) ([]Record, error) {
+	rd, err := OpenBatch(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := rd.Check(); err != nil {
+		return nil, err
+	}
+	var out []Record
+	for {
+		var r Record
+		ok, err := rd.Next(&r)
+		if err != nil {
+			t.Fatalf("Next failed after Check accepted the batch: %v", err)
+		}
+		if !ok {
+			return out, nil
+		}
+		out = append(out, r)
+	}
+}
+
+// decodeOrErr is DecodeBatch's verdict: all records, or its error (and none).
+func decodeOrErr(b []byte) ([]Record, error) {
+	var out []Record
+	_, err := DecodeBatch(b, func(r Record) error { out = append(out, r); return nil })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// sameVerdict fails unless the Reader and DecodeBatch agree on b: the same records, or the same error.
+func sameVerdict(t testing.TB, b []byte) {
+	want, werr := decodeOrErr(b)
+	got, gerr := readAll(t, b)
+	if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+		t.Fatalf("Reader error %v, DecodeBatch error %v", gerr, werr)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Reader read %+v, DecodeBatch %+v", got, want)
+	}
+}
+
+// TestReaderMatchesDecodeBatch checks Reader against DecodeBatch on valid batches of every codec,
+// control and LogAppendTime batches, and on damaged copies of them: the same records, or the same error.
+func TestReaderMatchesDecodeBatch(t *testing.T) {
+	var bl Builder
+	var inputs [][]byte
+	for i, c := range codecs {
+		inputs = append(inputs, build(t, &bl, sampleRecords(1+i*13, uint64(i)), c))
+	}
+	ctl := append([]byte(nil), build(t, &bl, sampleRecords(3, 7), CompressionNone)...)
+	binary.BigEndian.PutUint16(ctl[21:], AttrControl|AttrLogAppendTime)
+	binary.BigEndian.PutUint32(ctl[17:], Checksum(ctl))
+	inputs = append(inputs, ctl)
+
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, b := range inputs {
+		sameVerdict(t, b)
+		// Damage inside the records, with the CRC fixed up so the damage reaches the record code.
+		for range 300 {
+			d := append([]byte(nil), b...)
+			for range 1 + rnd.IntN(3) {
+				d[HeaderSize+rnd.IntN(len(d)-HeaderSize)] = byte(rnd.Uint32())
+			}
+			binary.BigEndian.PutUint32(d[17:], Checksum(d))
+			sameVerdict(t, d)
+		}
+		// Damage anywhere, CRC left as it is.
+		d := append([]byte(nil), b...)
+		d[rnd.IntN(len(d))] ^= 0x40
+		sameVerdict(t, d)
+	}
+}
+
+// TestCheckRecordMatchesRead holds checkRecord (the fetcher's check, which decodes nothing) to
+// readRecord on mutated record bodies: the same verdict, in the same words.
+func TestCheckRecordMatchesRead(t *testing.T) {
+	var bl Builder
+	raw := build(t, &bl, sampleRecords(40, 3), CompressionNone)
+	area := raw[HeaderSize:]
+	var bodies [][]byte
+	for pos := 0; pos < len(area); {
+		n, w := binary.Varint(area[pos:])
+		bodies = append(bodies, area[pos+w:pos+w+int(n)])
+		pos += w + int(n)
+	}
+	// Multi-byte varints (large deltas and lengths, negative timestamps deltas) and headers too.
+	var big Builder
+	big.Append(1<<40, make([]byte, 300), nil, []RecordHeader{{Key: "k", Value: []byte("v")}, {Key: "n"}})
+	big.Append(1<<40-5000, nil, make([]byte, 70), nil)
+	braw := big.Build(CompressionNone)
+	for pos, a := 0, braw[HeaderSize:]; pos < len(a); {
+		n, w := binary.Varint(a[pos:])
+		bodies = append(bodies, a[pos+w:pos+w+int(n)])
+		pos += w + int(n)
+	}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	for _, body := range bodies {
+		for range 200 {
+			d := append([]byte(nil), body...)
+			for range 1 + rnd.IntN(2) {
+				d[rnd.IntN(len(d))] = byte(rnd.Uint32())
+			}
+			if rnd.IntN(4) == 0 {
+				d = d[:max(6, rnd.IntN(len(d)+1))]
+			}
+			var rec Record
+			_, _, wp := readRecord(d, &rec)
+			if p := checkRecord(d); p != wp {
+				t.Fatalf("body %x: checkRecord %q, readRecord %q", d, p, wp)
+			}
+		}
+	}
+}
+
+// FuzzReader checks that Reader never panics and agrees with DecodeBatch on any input.
+func FuzzReader(f *testing.F) {
+	fuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, werr := decodeOrErr(b)
+		_, gerr := readAll(t, b)
+		if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
+			t.Fatalf("Reader error %v, DecodeBatch error %v", gerr, werr)
+		}
+	})
+}
