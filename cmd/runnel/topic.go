@@ -603,7 +603,7 @@ func topicPartitionsWith(ctx context.Context, adm *client.Admin, topic string) (
 		}
 	}
 	if errors.Is(err, rerr.ErrUnknownTopicOrPartition) {
-		return nil, fmt.Errorf("topic %q: %w (create it with 'runnel topic create %s')", topic, err, topic)
+		return nil, fmt.Errorf("topic %q: %w (create it with: runnel topic create %s)", topic, err, shellQuote(topic))
 	}
 	return nil, fmt.Errorf("metadata of topic %q: %w", topic, err)
 }
@@ -706,4 +706,15 @@ partition off a broker.`,
 	cmd.Flags().Int32Var(&partition, "partition", 0, "the partition to move")
 	cmd.Flags().Int32SliceVar(&replicas, "replicas", nil, "the new replica list, preferred leader first (comma-separated broker ids)")
 	return cmd
+}
+
+// shellQuote returns s as one shell word: as it is when it holds only characters a shell leaves
+// alone, else in single quotes (a quote inside closed, escaped and reopened).
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-/:=,@+", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
