@@ -348,4 +348,3 @@ func DecodeBatch(b []byte, fn func(Record) error) (Header, error) {
 	}
 	return h, nil
 }
-
