@@ -719,9 +719,18 @@ func (g *GroupConsumer) nextHeartbeat() (*runnelv1.GroupHeartbeatRequest, int, b
 	} else {
 		req.SubscriptionUnchanged = true
 	}
-	owned := make([]TopicPartition, 0, len(g.owned))
+	owned := make([]TopicPartition, 0, len(g.owned)+len(g.resolving))
 	for k := range g.owned {
 		owned = append(owned, TopicPartition{k.topic, k.partition})
+	}
+	// Partitions of the target whose start positions are being looked up (resolve) count as owned:
+	// the coordinator frees at once what a heartbeat does not list, and resolve would then start them
+	// here although another member may have been given them. Listed, they stay this member's until a
+	// heartbeat after resolve dropped them (no longer in the target) or revoked them.
+	for k := range g.resolving {
+		if g.target[k] && !g.owned[k] {
+			owned = append(owned, TopicPartition{k.topic, k.partition})
+		}
 	}
 	req.OwnedPartitions = toProtoPartitions(owned)
 	return req, g.gen, true
