@@ -243,7 +243,7 @@ func (b *Broker) appendPartition(ctx context.Context, pp *runnelv1.ProducePartit
 	p.AppendAsync(pp.Records, opts, func(res plog.AppendResult, err error) {
 		added.base, added.last, added.err = res.BaseOffset, res.LastOffset, err
 		if txn != nil {
-			ps.txnBatchDone(first.ProducerID, txn, added, res.BaseOffset, err) // before done: a marker waits on it
+			ps.txnBatchDone(first.ProducerID, txn, added) // before done: a marker waits on it
 		}
 		close(added.done)
 		if err != nil {

@@ -121,8 +121,13 @@ type ongoingTxn struct {
 	// low enough from the moment the batch is queued.
 	first int64
 	exact bool
-	// inflight are the transaction's batches queued while first is not exact, oldest first: the first
-	// of them to be stored gives the exact first offset; a marker waits for them.
+	// epoch is the producer epoch of the transaction's batches here. Its marker carries a higher one
+	// (KIP-890 part 2: ending a transaction bumps the epoch), so a marker at this epoch or below is a
+	// late copy of an earlier transaction's and must not end this one.
+	epoch int16
+	// inflight are the transaction's batches queued while first is not exact, in admission (and so
+	// log) order: the first of them to be stored gives the exact first offset; a marker waits for
+	// them.
 	inflight []*producerBatch
 }
 
@@ -139,6 +144,9 @@ type producerBatch struct {
 	done              chan struct{}
 	base, last        int64
 	err               error
+	// settled is set under the partition's producer state lock once base and err are final, for the
+	// transaction that tracks the batch (txnBatchDone).
+	settled bool
 }
 
 // nextSeq is the sequence after s, wrapping at MaxInt32 to 0 as Kafka does.
@@ -291,7 +299,7 @@ func rebuildProducers(l *plog.Partition) (rebuilt, error) {
 					if !seen && windowStart >= 0 {
 						first = windowStart // no marker of the producer in the window: it may have begun before
 					}
-					out.ongoing[h.ProducerID] = &ongoingTxn{first: first, exact: true}
+					out.ongoing[h.ProducerID] = &ongoingTxn{first: first, exact: true, epoch: h.ProducerEpoch}
 				}
 				e.verified = h.ProducerEpoch
 			}
@@ -362,14 +370,15 @@ func (ps *producerState) admit(topic string, partition int32, h batch.Header) (d
 	return nil, added, nil
 }
 
-// beginTxnLocked records that the transactional batch pb of producer pid was admitted (ps.mu held):
-// the producer's transaction on the partition begins with it unless one is ongoing, with the LEO
-// leo as the lower bound of its first offset until the batch is stored (txnBatchDone). It returns the
-// transaction while pb decides its first offset, else nil.
+// beginTxnLocked records that the transactional batch pb of producer pid was admitted (ps.mu held,
+// after admit set the producer's epoch to the batch's): the producer's transaction on the partition
+// begins with it unless one is ongoing, with the LEO leo as the lower bound of its first offset until
+// a batch of it is stored (txnBatchDone). It returns the transaction while pb may decide its first
+// offset, else nil.
 func (ps *producerState) beginTxnLocked(pid int64, pb *producerBatch, leo int64) *ongoingTxn {
 	txn := ps.ongoing[pid]
 	if txn == nil {
-		txn = &ongoingTxn{first: leo}
+		txn = &ongoingTxn{first: leo, epoch: ps.producers[pid].epoch}
 		ps.ongoing[pid] = txn
 	}
 	if txn.exact {
@@ -379,25 +388,30 @@ func (ps *producerState) beginTxnLocked(pid int64, pb *producerBatch, leo int64)
 	return txn
 }
 
-// txnBatchDone records the outcome of a transactional batch that beginTxnLocked tracked: the first of
-// the transaction's batches to be stored gives its exact first offset (appends are stored in queue
-// order, so no earlier one can follow). A transaction none of whose batches was stored keeps its
-// lower bound, so the LSO stays held until its marker (which then says it wrote nothing here).
-func (ps *producerState) txnBatchDone(pid int64, txn *ongoingTxn, pb *producerBatch, base int64, err error) {
+// txnBatchDone records the outcome of a transactional batch that beginTxnLocked tracked (pb.base and
+// pb.err set). The transaction's exact first offset is that of the earliest admitted batch that was
+// stored: appends are stored in admission order, so it is the least offset of the transaction's
+// records. Completions do not arrive in that order (each append's callback runs on its own goroutine),
+// so a batch that settles before those admitted ahead of it waits for them: taking the first to
+// settle would let a later batch's offset stand for the transaction's start, and the LSO and the ABORT
+// marker's first offset would then leave the earlier batch's records visible to read_committed
+// readers. A transaction none of whose batches was stored keeps its lower bound, so the LSO stays held
+// until its marker (which then says it wrote nothing here).
+func (ps *producerState) txnBatchDone(pid int64, txn *ongoingTxn, pb *producerBatch) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.ongoing[pid] != txn || txn.exact {
 		return // ended by a marker, or the state was rebuilt
 	}
-	if err == nil {
-		txn.first, txn.exact, txn.inflight = base, true, nil
-		return
-	}
-	for i, x := range txn.inflight {
-		if x == pb {
-			txn.inflight = append(txn.inflight[:i], txn.inflight[i+1:]...)
-			break
+	pb.settled = true
+	for len(txn.inflight) > 0 && txn.inflight[0].settled {
+		head := txn.inflight[0]
+		if head.err == nil {
+			txn.first, txn.exact, txn.inflight = head.base, true, nil
+			return
 		}
+		txn.inflight[0] = nil
+		txn.inflight = txn.inflight[1:]
 	}
 }
 

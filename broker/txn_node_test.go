@@ -257,8 +257,11 @@ func TestTxnMarkersOnNode(t *testing.T) {
 		t.Fatalf("ListOffsets LATEST read_uncommitted = %d, want the HW 5", got)
 	}
 
+	// A marker at the epoch of p1's transaction is a late one of an earlier transaction (markers carry
+	// the epoch EndTxn bumped to, KIP-890 part 2): refused, and the transaction stays open.
+	wantCode(t, "marker at the ongoing transaction's epoch", tn.marker(t, p1, 0, false, 1, 0)[0], runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH)
 	// p1 aborts: its marker (5) carries its first offset 1; the LSO moves to p2's 3.
-	tn.mustMarker(t, p1, 0, false, 1)
+	tn.mustMarker(t, p1, 1, false, 1)
 	r = tn.fetch(t, rc, 0)
 	if bs := batches(t, r.Records); r.LastStableOffset != 3 || len(bs) != 2 || bs[1].next != 3 {
 		t.Fatalf("after p1's abort: LSO %d batches %+v; want LSO 3 and the batches up to 3", r.LastStableOffset, bs)
@@ -267,7 +270,7 @@ func TestTxnMarkersOnNode(t *testing.T) {
 		t.Fatalf("aborted transactions %v, want p1 from 1", got)
 	}
 	// p2 commits (6): nothing is open, the LSO is the HW.
-	tn.mustMarker(t, p2, 0, true, 1)
+	tn.mustMarker(t, p2, 1, true, 1)
 	r = tn.fetch(t, rc, 0)
 	bs := batches(t, r.Records)
 	if r.LastStableOffset != 7 || r.HighWatermark != 7 || bs[len(bs)-1].next != 7 {
@@ -286,12 +289,12 @@ func TestTxnMarkersOnNode(t *testing.T) {
 	}
 
 	// A retried marker succeeds and says nothing (no transaction ongoing: first offset -1).
-	tn.mustMarker(t, p2, 0, true, 1) // 7
+	tn.mustMarker(t, p2, 1, true, 1) // 7
 	// A marker may bump the producer's epoch (the coordinator fenced it); older epochs are refused then,
 	// and so are markers of an older coordinator.
 	tn.mustMarker(t, p1, 2, false, 1) // 8
 	wantCode(t, "marker of an older producer epoch", tn.marker(t, p1, 1, false, 1, 0)[0], runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH)
-	wantCode(t, "marker of an older coordinator", tn.marker(t, p2, 0, false, 0, 0)[0], runnelv1.ErrorCode_TRANSACTION_COORDINATOR_FENCED)
+	wantCode(t, "marker of an older coordinator", tn.marker(t, p2, 1, false, 0, 0)[0], runnelv1.ErrorCode_TRANSACTION_COORDINATOR_FENCED)
 	// Per-partition results: txn-1 is fine, txn-9 does not exist.
 	errs := tn.marker(t, p3, 0, true, 1, 1, 9)
 	if errs[0] != nil {
@@ -316,7 +319,8 @@ func TestTxnMarkersOnNode(t *testing.T) {
 		t.Fatalf("after a restart: LSO %d HW %d aborted %v; want LSO %d, HW 12, p1 from 1", r.LastStableOffset, r.HighWatermark, aborted(r), first)
 	}
 	wantCode(t, "marker of an older producer epoch after a restart", tn.marker(t, p1, 1, false, 1, 0)[0], runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH)
-	tn.mustMarker(t, p4, 0, false, 2) // 12
+	wantCode(t, "marker at the rebuilt transaction's epoch", tn.marker(t, p4, 0, false, 2, 0)[0], runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH)
+	tn.mustMarker(t, p4, 1, false, 2) // 12
 	r = tn.fetch(t, rc, 0)
 	if want := [][2]int64{{p1, 1}, {p4, first}}; r.LastStableOffset != 13 || !reflect.DeepEqual(aborted(r), want) {
 		t.Fatalf("after p4's abort: LSO %d aborted %v; want 13, %v", r.LastStableOffset, aborted(r), want)
@@ -452,7 +456,7 @@ func TestTxnMarkerGivenUpIsNotWritten(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	resp, err := tn.b.WriteTxnMarkers(ctx, &runnelv1.WriteTxnMarkersRequest{Markers: []*runnelv1.TxnMarker{{
-		ProducerId: pid, ProducerEpoch: 0, Commit: true, TransactionalId: "tx",
+		ProducerId: pid, ProducerEpoch: 1, Commit: true, TransactionalId: "tx",
 		Partitions: []*runnelv1.TopicPartitions{{Topic: "txn", Partitions: []int32{0}}}}}})
 	if err == nil && rerr.FromInfo(resp.Markers[0].Partitions[0].Error) == nil {
 		t.Fatal("a marker request whose context had ended succeeded")
@@ -462,7 +466,7 @@ func TestTxnMarkerGivenUpIsNotWritten(t *testing.T) {
 		t.Fatalf("after the given-up marker: HW %d (before %d), LSO %d; want nothing written and the transaction still open", r.HighWatermark, before, r.LastStableOffset)
 	}
 	// The retry ends it.
-	tn.mustMarker(t, pid, 0, true, 0)
+	tn.mustMarker(t, pid, 1, true, 0)
 	if r := tn.fetch(t, runnelv1.IsolationLevel_READ_COMMITTED, 0); r.LastStableOffset != r.HighWatermark || r.HighWatermark != before+1 {
 		t.Fatalf("after the retry: HW %d LSO %d, want both %d", r.HighWatermark, r.LastStableOffset, before+1)
 	}

@@ -66,7 +66,9 @@ func (b *Broker) offsetsMarkerWriter() OffsetsMarkerWriter {
 // ongoing transaction (-1 when it wrote nothing here), so every replica indexes an aborted transaction
 // from the marker alone; the transaction ends (it holds the LSO until the HW passes the marker) and the
 // partition's known epoch of the producer becomes the marker's (a bumped epoch fences its older
-// incarnation's late batches). A marker for a producer with no ongoing transaction here is written too:
+// incarnation's late batches). A marker whose epoch is not above that of the producer's ongoing
+// transaction here is refused too (INVALID_PRODUCER_EPOCH): markers carry the epoch their EndTxn
+// bumped to (KIP-890 part 2), so it can only be a late copy of an earlier transaction's. A marker for a producer with no ongoing transaction here is written too:
 // it says nothing to readers, costs one small batch, and makes a retried marker simply succeed.
 // Appending under the lock orders the marker after every batch of the transaction admitted before and
 // before any admitted after.
@@ -146,6 +148,16 @@ func (b *Broker) writeMarker(ctx context.Context, m *runnelv1.TxnMarker, topic s
 			return rerr.New(runnelv1.ErrorCode_TRANSACTION_COORDINATOR_FENCED, "%s-%d: marker of producer %d from coordinator epoch %d, older than %d", topic, partition, pid, m.CoordinatorEpoch, e.coordEpoch)
 		}
 		txn := ps.ongoing[pid]
+		if txn != nil && epoch <= txn.epoch {
+			// KIP-890 part 2: ending a transaction bumps the producer epoch and its markers carry the
+			// bumped one, which the producer's next transaction then writes at. A marker at the
+			// epoch of the ongoing transaction's batches (or below) is therefore a late copy of an
+			// earlier transaction's marker (a request the coordinator had given up on, delivered
+			// late), and writing it would end this transaction with the other's outcome.
+			ps.mu.Unlock()
+			return rerr.New(runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH, "%s-%d: marker of producer %d epoch %d is not above epoch %d of its ongoing transaction here: a late marker of an earlier transaction",
+				topic, partition, pid, epoch, txn.epoch)
+		}
 		if txn == nil || txn.exact || len(txn.inflight) == 0 {
 			break
 		}

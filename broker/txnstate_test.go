@@ -31,6 +31,13 @@ func header(t *testing.T, b []byte) batch.Header {
 	return h
 }
 
+// settle completes the append of pb (a batch of producer pid's transaction txn) at base with err, as
+// produce's append callback does.
+func settle(ps *producerState, pid int64, txn *ongoingTxn, pb *producerBatch, base int64, err error) {
+	pb.base, pb.err = base, err
+	ps.txnBatchDone(pid, txn, pb)
+}
+
 func newTestState() *producerState {
 	return &producerState{loaded: true, producers: map[int64]*producerEntry{}, ongoing: map[int64]*ongoingTxn{}}
 }
@@ -63,7 +70,7 @@ func TestProducerStateLSO(t *testing.T) {
 		t.Fatalf("LSO below the HW = %d, want 30", got)
 	}
 	ps.mu.Unlock()
-	ps.txnBatchDone(1, txn1, pb1, 42, nil)
+	settle(ps, 1, txn1, pb1, 42, nil)
 	ps.mu.Lock()
 	if got := ps.lsoLocked(100); got != 42 {
 		t.Fatalf("LSO once stored = %d, want 42", got)
@@ -76,7 +83,7 @@ func TestProducerStateLSO(t *testing.T) {
 	// Producer 2 begins at 55.
 	pb2, txn2 := admit(2, 0, 50)
 	ps.mu.Unlock()
-	ps.txnBatchDone(2, txn2, pb2, 55, nil)
+	settle(ps, 2, txn2, pb2, 55, nil)
 	ps.mu.Lock()
 
 	// Producer 1's marker is queued: it carries 42 and holds the LSO until the HW passes it.
@@ -106,7 +113,7 @@ func TestProducerStateLSO(t *testing.T) {
 	// the transaction wrote nothing here.
 	pb3, txn3 := admit(3, 0, 70)
 	ps.mu.Unlock()
-	ps.txnBatchDone(3, txn3, pb3, -1, errors.New("store failed"))
+	settle(ps, 3, txn3, pb3, -1, errors.New("store failed"))
 	ps.mu.Lock()
 	if got := ps.lsoLocked(100); got != 55 {
 		t.Fatalf("LSO = %d, want 55", got)
@@ -133,8 +140,8 @@ func TestProducerStateLSO(t *testing.T) {
 		t.Fatalf("second batch in flight: txn %p (want %p), %d in flight", again, txn4, len(txn4.inflight))
 	}
 	ps.mu.Unlock()
-	ps.txnBatchDone(4, txn4, pb4a, -1, errors.New("failed"))
-	ps.txnBatchDone(4, txn4, pb4b, 85, nil)
+	settle(ps, 4, txn4, pb4a, -1, errors.New("failed"))
+	settle(ps, 4, txn4, pb4b, 85, nil)
 	ps.mu.Lock()
 	if !txn4.exact || txn4.first != 85 || txn4.inflight != nil {
 		t.Fatalf("producer 4's transaction: %+v, want exact at 85", txn4)
@@ -142,6 +149,31 @@ func TestProducerStateLSO(t *testing.T) {
 	ps.completing = nil
 	if got := ps.lsoLocked(100); got != 85 {
 		t.Fatalf("LSO = %d, want 85", got)
+	}
+
+	// Producer 5: two batches stored at 90 and 95 whose completions arrive in the other order (each
+	// append's callback runs on its own goroutine). The later batch must not stand for the
+	// transaction's start: the LSO stays at the lower bound until the earlier one settles, then the
+	// first offset is 90, and the marker carries 90 (an ABORT marker carrying 95 would leave the
+	// records at 90 visible to read_committed readers).
+	ps.endTxnLocked(4, 1, 7)
+	ps.completing = nil
+	pb5a, txn5 := admit(5, 0, 88)
+	pb5b, _ := admit(5, 1, 88)
+	ps.mu.Unlock()
+	settle(ps, 5, txn5, pb5b, 95, nil)
+	ps.mu.Lock()
+	if txn5.exact || ps.lsoLocked(100) != 88 {
+		t.Fatalf("after the later batch settled first: %+v, LSO %d; want the lower bound 88 kept", txn5, ps.lsoLocked(100))
+	}
+	ps.mu.Unlock()
+	settle(ps, 5, txn5, pb5a, 90, nil)
+	ps.mu.Lock()
+	if !txn5.exact || txn5.first != 90 || ps.lsoLocked(100) != 90 {
+		t.Fatalf("after both settled: %+v, LSO %d; want exact at 90", txn5, ps.lsoLocked(100))
+	}
+	if first, _ := ps.endTxnLocked(5, 1, 7); first != 90 {
+		t.Fatalf("producer 5's marker carries %d, want 90", first)
 	}
 }
 
