@@ -61,9 +61,11 @@ func (gc *GroupCoordinator) TxnOffsetCommit(ctx context.Context, req *runnelv1.T
 //
 // Errors: UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (naming the leader) or
 // LEADER_NOT_AVAILABLE when this node does not lead the partition, COORDINATOR_LOAD_IN_PROGRESS while
-// it loads it, INVALID_PRODUCER_EPOCH for an epoch older than the producer's last one seen here,
-// COORDINATOR_NOT_AVAILABLE when the write failed, REQUEST_TIMED_OUT when ctx ends first (the marker
-// may still be written; the coordinator retries).
+// it loads it, INVALID_PRODUCER_EPOCH for an epoch older than the producer's last one seen here or not
+// above the epoch of its transaction's offsets still pending here (KIP-890 part 2: a transaction's
+// markers carry the epoch its end bumped to, so such a marker is a late copy of an earlier
+// transaction's; see group.Coordinator.Marker), COORDINATOR_NOT_AVAILABLE when the write failed,
+// REQUEST_TIMED_OUT when ctx ends first (the marker may still be written; the coordinator retries).
 func (gc *GroupCoordinator) WriteOffsetsMarker(ctx context.Context, partition int32, producerID int64, producerEpoch int16, m batch.ControlMarker) error {
 	s, err := gc.shards.shardAt(partition)
 	if err != nil {

@@ -21,17 +21,14 @@ import (
 // logged and written to the report but do not fail the test. Remove an entry once its fix lands; the
 // fixed-seed TestQueueUnderFaults then guards it.
 var knownAnomalies = map[string]string{
-	// Issue #6, open: read_committed readers could see the records of a transaction the copier
-	// aborted. One way in is closed: a late write of an ended transaction joined the producer's next
-	// one under the same epoch; every EndTxn now bumps the epoch (KIP-890 part 2). The 3-million-record
-	// copier run (make test-long) still finds a copy out of input order after a copier kill, not yet
-	// explained, so the kind stays known until that run passes: counted in reports, its copies left
-	// out of the duplicate and order checks (checkTxn), so every other anomaly still fails the runs.
-	"aborted-read": "issue #6: records of an aborted transaction visible to read_committed",
-	// None now. (TestQueueUnderFaults, seed 1, once found a group member at p1@1426 reading p1@0 next
-	// with no rebalance: fetches carried no leader epoch, so the isolated old leader's
-	// OFFSET_OUT_OF_RANGE reset it to earliest. Consumers now send the leader epoch (KIP-320) and
-	// refetch a position past the log end after a metadata refresh.)
+	// None now. Issue #6's aborted reads (read_committed readers saw records of aborted transactions)
+	// came from the partition leader taking the first of a transaction's appends to COMPLETE as its
+	// start: each append's callback runs on its own goroutine, so a later batch could stand for it,
+	// and the LSO and the ABORT marker's first offset then left the earlier batch's records visible.
+	// (TestQueueUnderFaults, seed 1, once found a group member at p1@1426 reading p1@0 next with no
+	// rebalance: fetches carried no leader epoch, so the isolated old leader's OFFSET_OUT_OF_RANGE
+	// reset it to earliest. Consumers now send the leader epoch (KIP-320) and refetch a position past
+	// the log end after a metadata refresh.)
 }
 
 // faultEntry is one fault the nemesis applied, for the report.

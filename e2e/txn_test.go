@@ -338,9 +338,9 @@ func TestTransactionalCopier(t *testing.T) {
 		for _, r := range got[part] {
 			copies++
 			if outcomes[txnName(r)] == "abort" {
-				// Issue #6, open: a record of a transaction the copier aborted, returned to a
-				// read_committed reader. Counted and reported below (failing the 3M run), and left out
-				// of the copy checks (it would count again as a duplicate and a reordering).
+				// A record of a transaction the copier aborted, returned to a read_committed reader:
+				// counted and reported below (failing the test), and left out of the copy checks (it
+				// would count again as a duplicate and a reordering).
 				if abortedVisible++; abortedVisible == 1 {
 					t.Logf("%s-%d@%d is a record of aborted transaction %s, returned read_committed", out, part, r.Offset, txnName(r))
 				}
@@ -391,12 +391,7 @@ func TestTransactionalCopier(t *testing.T) {
 		t.Fatalf("read_committed: %d input records missing from the output, %d copied more than once (of %d)", missing, dups, total)
 	}
 	if abortedVisible > 0 {
-		msg := fmt.Sprintf("read_committed returned %d records of aborted transactions (issue #6)", abortedVisible)
-		if os.Getenv("RUNNEL_LONG") == "1" {
-			t.Error(msg) // the long run is what shows issue #6 fixed
-		} else {
-			t.Logf("KNOWN PRODUCT ISSUE, not failing make test: %s", msg)
-		}
+		t.Errorf("read_committed returned %d records of aborted transactions", abortedVisible)
 	}
 	raw := readAll(t, c, out, parts, client.ReadUncommitted)
 	rawCount := 0

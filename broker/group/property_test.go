@@ -48,6 +48,10 @@ type propModel struct {
 	log     []Record
 	clients []*simClient
 	nextID  int
+	// txnEpochs is each producer id's current epoch (missing: 0). KIP-890 part 2: a transaction
+	// writes at the current epoch, its end bumps it, the marker carries the bumped epoch, and the
+	// next transaction writes at that one.
+	txnEpochs map[int64]int16
 }
 
 const (
@@ -56,7 +60,7 @@ const (
 )
 
 func newPropModel(t *rapid.T) *propModel {
-	m := &propModel{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	m := &propModel{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), txnEpochs: map[int64]int16{}}
 	m.cfg = Config{HeartbeatInterval: time.Second, ReconcilingHeartbeatInterval: 100 * time.Millisecond,
 		SessionTimeout: propSession, MinSessionTimeout: time.Second, RebalanceTimeout: propRebalance,
 		NewMemberID: func() string { m.nextID++; return fmt.Sprintf("m%d", m.nextID) }}
@@ -278,7 +282,8 @@ func TestPropertyOwnership(t *testing.T) {
 			"txn commit": func(t *rapid.T) {
 				cl := pick(t, func(c *simClient) bool { return c.alive && c.joined && len(c.owned) > 0 })
 				pid := int64(slices.Index(m.clients, cl) + 1)
-				req := &runnelv1.TxnOffsetCommitRequest{GroupId: "g", TransactionalId: cl.alias, ProducerId: pid, MemberId: cl.memberID, MemberEpoch: cl.epoch}
+				req := &runnelv1.TxnOffsetCommitRequest{GroupId: "g", TransactionalId: cl.alias, ProducerId: pid, ProducerEpoch: int32(m.txnEpochs[pid]),
+					MemberId: cl.memberID, MemberEpoch: cl.epoch}
 				for _, k := range cl.owned.list() {
 					if ti, ok := m.topics[k.topic]; ok && k.part < ti.Partitions {
 						req.Partitions = append(req.Partitions, &runnelv1.CommitPartition{Topic: k.topic, Partition: k.part, Offset: 2})
@@ -300,10 +305,12 @@ func TestPropertyOwnership(t *testing.T) {
 			},
 			"end txn": func(t *rapid.T) {
 				pid := int64(rapid.IntRange(1, len(m.clients)).Draw(t, "producer"))
-				recs, err := m.c.Marker(Producer{ID: pid}, rapid.Bool().Draw(t, "commit"))
+				epoch := m.txnEpochs[pid] + 1 // the end of the transaction bumps the epoch (KIP-890 part 2)
+				recs, err := m.c.Marker(Producer{ID: pid, Epoch: epoch}, rapid.Bool().Draw(t, "commit"))
 				if err != nil {
-					t.Fatalf("marker of producer %d: %v", pid, err)
+					t.Fatalf("marker of producer %d epoch %d: %v", pid, epoch, err)
 				}
+				m.txnEpochs[pid] = epoch
 				m.persist(recs)
 			},
 			"advance": func(t *rapid.T) {

@@ -725,6 +725,11 @@ func dumpState(c *Coordinator) string {
 	for _, pid := range pids {
 		t := c.txns[pid]
 		fmt.Fprintf(&b, "producer %d epoch=%d\n", pid, t.epoch)
+		if t.offsets != nil {
+			// The open transaction is part of the state (Marker refuses a marker at its epoch), also
+			// once other commits made all its offsets moot.
+			fmt.Fprintf(&b, "  open transaction at epoch=%d\n", t.offsetsEpoch)
+		}
 		for _, gid := range sortedKeys(t.offsets) {
 			for _, k := range slices.SortedFunc(maps.Keys(t.offsets[gid]), cmpTP) {
 				fmt.Fprintf(&b, "  pending %s %s/%d %+v\n", gid, k.topic, k.part, t.offsets[gid][k].commit)

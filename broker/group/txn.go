@@ -31,7 +31,12 @@ import (
 // Producer epochs fence zombies: the coordinator remembers the highest producer epoch it has seen per
 // producer id, from transactional offset records and markers, and refuses an older one: a
 // TxnOffsetCommit with PRODUCER_FENCED, a marker with INVALID_PRODUCER_EPOCH (as partition leaders
-// refuse WriteTxnMarkers of an older epoch).
+// refuse WriteTxnMarkers of an older epoch). Under KIP-890 part 2 every end of a transaction bumps
+// the producer epoch and its markers carry the bumped epoch, which the producer's next transaction
+// then writes its offsets at; so a marker at the epoch of the offsets of a transaction still open
+// here can only be a late copy of the previous transaction's marker (a WriteTxnMarkers request the
+// transaction coordinator gave up on, delivered late), and it is refused with INVALID_PRODUCER_EPOCH
+// too rather than ending the open transaction with the other's outcome, as partition leaders do.
 //
 // A group with pending transactional offsets is not deleted: DeleteGroup refuses it with
 // NON_EMPTY_GROUP and expiry skips it, until the transaction ends. Offsets of a deleted topic are
@@ -42,8 +47,18 @@ type txnProducer struct {
 	// epoch is the highest producer epoch seen for the id (accepted TxnOffsetCommit, applied record or
 	// marker). It outlives the transaction so a zombie of an older epoch stays fenced.
 	epoch int16
-	// offsets are the durable offsets of its ongoing transaction: group → partition → offset.
+	// offsets are the durable offsets of its ongoing transaction: group → partition → offset. It is
+	// non-nil from the first transactional offset record applied after the producer's last marker
+	// until its next marker (applyMarker sets it nil), even once emptied by other commits that made
+	// the offsets moot: the transaction is still open then, which is what Marker's KIP-890 part 2
+	// rule (see offsetsEpoch) needs to know.
 	offsets map[string]map[tp]txnOffset
+	// offsetsEpoch is the producer epoch of the records behind offsets (the highest, should they
+	// differ), meaningful while offsets is non-nil. A marker at that epoch (or below) ends no
+	// transaction of this epoch: under KIP-890 part 2 the transaction's own marker carries the epoch
+	// its end bumped to, so such a marker is a late copy of an earlier transaction's and Marker
+	// refuses it.
+	offsetsEpoch int16
 }
 
 // txnOffset is one durable offset of a transaction not yet ended.
@@ -129,8 +144,15 @@ func (c *Coordinator) checkTxnProducer(txnID string, id int64, epoch int32) (Pro
 // Marker validates an end-transaction marker of producer p (COMMIT when commit) for this partition and
 // returns the record the caller appends, as a control batch of p (batch.BuildControl), in its write
 // order, and hands to Apply once durable. Writing a marker again is harmless: the second finds nothing
-// pending. Errors: COORDINATOR_LOAD_IN_PROGRESS, INVALID_REQUEST (a negative producer id or epoch),
-// INVALID_PRODUCER_EPOCH (older than an epoch already seen for the producer id).
+// pending. The caller must have applied every transactional offset record of the producer it wrote
+// before (WriteOffsetsMarker waits for them), so that the open transaction is known here.
+//
+// Errors: COORDINATOR_LOAD_IN_PROGRESS, INVALID_REQUEST (a negative producer id or epoch),
+// INVALID_PRODUCER_EPOCH (older than an epoch already seen for the producer id, or not above the
+// epoch of the offsets of the producer's transaction still open here: under KIP-890 part 2 a
+// transaction's markers carry the epoch its end bumped to, and the producer's next transaction
+// writes at that epoch, so such a marker is a late copy of the previous transaction's marker and
+// must not end the open one with the previous one's outcome).
 func (c *Coordinator) Marker(p Producer, commit bool) ([]Record, error) {
 	if err := c.loadErr(); err != nil {
 		return nil, err
@@ -138,8 +160,15 @@ func (c *Coordinator) Marker(p Producer, commit bool) ([]Record, error) {
 	if p.ID < 0 || p.Epoch < 0 {
 		return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "marker of producer id %d epoch %d", p.ID, p.Epoch)
 	}
-	if t := c.txns[p.ID]; t != nil && p.Epoch < t.epoch {
-		return nil, rerr.New(runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH, "marker of producer %d at epoch %d, older than its epoch %d", p.ID, p.Epoch, t.epoch)
+	if t := c.txns[p.ID]; t != nil {
+		if p.Epoch < t.epoch {
+			return nil, rerr.New(runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH, "marker of producer %d at epoch %d, older than its epoch %d", p.ID, p.Epoch, t.epoch)
+		}
+		if t.offsets != nil && p.Epoch <= t.offsetsEpoch {
+			return nil, rerr.New(runnelv1.ErrorCode_INVALID_PRODUCER_EPOCH,
+				"marker of producer %d at epoch %d is not above epoch %d of its open transaction's offsets: a late marker of an earlier transaction (KIP-890 part 2)",
+				p.ID, p.Epoch, t.offsetsEpoch)
+		}
 	}
 	c.seeEpoch(p)
 	m := AbortMarker
@@ -233,7 +262,9 @@ func (c *Coordinator) applyTxnOffset(k recordKey, p Producer, value []byte, live
 	t := c.seeEpoch(p)
 	if t.offsets == nil {
 		t.offsets = map[string]map[tp]txnOffset{}
+		t.offsetsEpoch = p.Epoch
 	}
+	t.offsetsEpoch = max(t.offsetsEpoch, p.Epoch)
 	o := t.offsets[k.group]
 	if o == nil {
 		o = map[tp]txnOffset{}
@@ -308,6 +339,9 @@ func (c *Coordinator) dropTxnOffsets(gid string, key tp, before uint64) {
 // checkTxns verifies the transactional state's own invariants (part of Check).
 func (c *Coordinator) checkTxns() error {
 	for pid, t := range c.txns {
+		if t.offsets != nil && t.offsetsEpoch > t.epoch {
+			return fmt.Errorf("producer %d: open transaction at epoch %d, above its epoch %d", pid, t.offsetsEpoch, t.epoch)
+		}
 		for gid, o := range t.offsets {
 			if len(o) == 0 {
 				return fmt.Errorf("producer %d: empty pending offsets of group %q", pid, gid)
