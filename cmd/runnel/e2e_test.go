@@ -292,6 +292,15 @@ func TestCLIErrors(t *testing.T) {
 	if r = runCLI(t, "", "topic", "create", b); r.code != 2 {
 		t.Fatalf("create without a name: exit %d", r.code)
 	}
+	// Zero partitions or copies is a usage error, as in kafka-topics.sh, not the broker's default.
+	for _, bad := range [][]string{{"-p", "0"}, {"-p", "-2"}, {"-r", "0"}} {
+		if r = runCLI(t, "", append([]string{"topic", "create", "zero", b}, bad...)...); r.code != 2 || !strings.Contains(r.stderr, "at least 1") {
+			t.Fatalf("create %v: exit %d, stderr %s", bad, r.code, r.stderr)
+		}
+	}
+	if r = runCLI(t, "", "topic", "describe", "zero", b); r.code != 1 {
+		t.Fatalf("a refused create made topic zero: exit %d, stdout %s", r.code, r.stdout)
+	}
 	if r = runCLI(t, "", "nosuchverb"); r.code != 2 {
 		t.Fatalf("unknown verb: exit %d", r.code)
 	}

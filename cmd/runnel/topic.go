@@ -104,6 +104,14 @@ func newTopicCreateCmd(a *app) *cobra.Command {
 			if err != nil {
 				return &usageError{err}
 			}
+			// As kafka-topics.sh: a count must be at least 1, -1 asks for the broker's default (the
+			// API takes 0 as "default" too, so 0 would silently create the default count).
+			if partitions == 0 || partitions < -1 {
+				return &usageError{fmt.Errorf("--partitions %d: a topic needs at least 1 partition (-1: the broker's default)", partitions)}
+			}
+			if rf == 0 || rf < -1 {
+				return &usageError{fmt.Errorf("--replication-factor %d: at least 1 copy (-1: the broker's default)", rf)}
+			}
 			return withAdmin(a, func(adm *client.Admin) error {
 				var results []topicResult
 				var errs []error
