@@ -317,6 +317,19 @@ func TestCLIErrors(t *testing.T) {
 	if got := mustCLI(t, "", "consume", "j", "--end", b).stdout; got != "{\"k\":\"a\"}\n{\"k\":\"b\"}\n" {
 		t.Fatalf("the good lines: %q", got)
 	}
+	// The same with -o json: the summary is one JSON object on stdout.
+	r = runCLI(t, "{\"k\":\"c\"}\nnot json\n{\"k\":\"d\"}\n", "produce", "j", "--key-field", "k", "-o", "json", b)
+	var sum struct {
+		Topic      string `json:"topic"`
+		Records    int64  `json:"records"`
+		Bytes      int64  `json:"bytes"`
+		Failed     int64  `json:"failed"`
+		FirstError string `json:"first_error"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil || r.code != 1 || sum.Topic != "j" || sum.Records != 2 || sum.Failed != 1 ||
+		sum.Bytes != int64(len(`{"k":"c"}`)+len(`{"k":"d"}`)+2) || !strings.Contains(sum.FirstError, "line 2") {
+		t.Fatalf("produce -o json: exit %d, %+v (%v), stdout %q", r.code, sum, err, r.stdout)
+	}
 	mustCLI(t, "", "topic", "delete", "j", b)
 	if r = runCLI(t, "", "topic", "describe", "j", b); r.code != 1 || !strings.Contains(r.stderr, "UNKNOWN_TOPIC_OR_PARTITION") {
 		t.Fatalf("describe a deleted topic: exit %d, stderr %s", r.code, r.stderr)

@@ -64,6 +64,7 @@ func newProduceCmd(a *app) *cobra.Command {
 		partition int32
 		headers   []string
 		quiet     bool
+		output    string
 	)
 	cmd := &cobra.Command{
 		Use:   "produce TOPIC",
@@ -75,12 +76,17 @@ spread over partitions. Records with the same key go to the same partition (Kafk
 partitioner), so they are read back in the order they were written.
 
 With --file, progress is shown on stderr about once a second. A summary (records, bytes, time, rate)
-ends the run; if any record failed, the first error is shown and the exit status is 1.`,
+ends the run, on stderr, or on stdout as one JSON object with -o json; if any record failed, the first
+error is shown and the exit status is 1.`,
 		Example: `  echo '{"id":1,"msg":"hi"}' | runnel produce events --key-field id
   runnel produce flights --file ../shared/data/flights-3m.ndjson.zst --key-field origin --compression lz4`,
 		Args: args(1, 1, "one TOPIC"),
 		RunE: func(cmd *cobra.Command, argv []string) error {
 			topic := argv[0]
+			out, err := parseOutput(output, formatTable, formatJSON)
+			if err != nil {
+				return &usageError{err}
+			}
 			if key != "" && keyField != "" {
 				return &usageError{errors.New("--key and --key-field exclude each other")}
 			}
@@ -134,7 +140,12 @@ ends the run; if any record failed, the first error is shown and the exit status
 			if prog != nil {
 				prog.Stop()
 			}
-			if !quiet {
+			switch {
+			case out == formatJSON:
+				if jerr := printJSON(cmd.OutOrStdout(), st.summaryView(topic, elapsed)); jerr != nil && err == nil {
+					err = jerr
+				}
+			case !quiet:
 				st.summary(cmd.ErrOrStderr(), topic, elapsed)
 			}
 			return st.result(ctx, err)
@@ -149,6 +160,7 @@ ends the run; if any record failed, the first error is shown and the exit status
 	fs.BoolVarP(&quiet, "quiet", "q", false, "print neither progress nor the summary")
 	pf.register(cmd)
 	addBrokersFlag(fs, a)
+	addOutputFlag(cmd, &output, formatTable, formatJSON)
 	return cmd
 }
 
@@ -262,6 +274,30 @@ func (st *produceStats) summary(w io.Writer, topic string, elapsed time.Duration
 		fmt.Fprintf(w, "; %s failed", comma(f))
 	}
 	fmt.Fprintln(w)
+}
+
+// produceSummary is the closing summary of a produce run in -o json: records and bytes (keys and
+// values) acknowledged, wall seconds, rates, and the failures with the first one's message.
+type produceSummary struct {
+	Topic         string  `json:"topic"`
+	Records       int64   `json:"records"`
+	Bytes         int64   `json:"bytes"`
+	Seconds       float64 `json:"seconds"`
+	RecordsPerSec float64 `json:"records_per_sec"`
+	MBPerSec      float64 `json:"mb_per_sec"`
+	Failed        int64   `json:"failed"`
+	FirstError    string  `json:"first_error,omitempty"`
+}
+
+// summaryView is summary's content for -o json.
+func (st *produceStats) summaryView(topic string, elapsed time.Duration) produceSummary {
+	n, b := st.acked.Load(), st.ackedBytes.Load()
+	v := produceSummary{Topic: topic, Records: n, Bytes: b, Seconds: elapsed.Seconds(),
+		RecordsPerSec: rate(n, elapsed), MBPerSec: rate(b, elapsed) / 1e6, Failed: st.failed.Load()}
+	if err := st.first(); err != nil {
+		v.FirstError = err.Error()
+	}
+	return v
 }
 
 // first returns the first failure, or nil.
