@@ -75,7 +75,9 @@ type benchResult struct {
 	Group         string  `json:"group,omitempty"`
 	Members       int     `json:"members,omitempty"`
 	FirstRecordMs float64 `json:"first_record_ms,omitempty"`
-	// Latency is what the percentiles measure: "produce-to-ack" per record, or "poll" per Poll call.
+	// Latency is what the percentiles measure: "produce-to-ack" per record, "due-to-ack" per record of a
+	// paced (--rate) run (from its scheduled send time: coordinated omission corrected), or "poll" per
+	// Poll call.
 	Latency    string  `json:"latency"`
 	LatP50Ms   float64 `json:"p50_ms"`
 	LatP99Ms   float64 `json:"p99_ms"`
@@ -198,7 +200,9 @@ latency from handing each record to the producer to its acknowledgement (p50, p9
 
 Without --rate the producers go as fast as they can, so the buffer (64 MiB) stays full and the latency
 is mostly time spent queued in it: use --rate below the maximum throughput to measure latency under
-a given load (as Kafka's producer-perf-test --throughput).
+a given load (as Kafka's producer-perf-test --throughput). Paced, each record's latency runs from the
+time the schedule meant to send it (coordinated omission corrected, as wrk2 does): when the producer
+falls behind, the records it sends late count the time they were overdue.
 
 Values are random lowercase letters (consecutive slices of a 4 MiB random buffer, so they differ and
 compress about as well as text). With --keys N, records carry one of N distinct keys in turn;
@@ -264,6 +268,9 @@ records/s with a run without --transactional (idempotent, the default) to see wh
 			}
 			res := benchResult{Mode: "produce", Topic: bf.topic, Partitions: len(parts), Size: size,
 				Acks: pf.acks, Compression: pf.compression, Producers: producers, Keys: keys, Rate: rateLimit, Latency: "produce-to-ack"}
+			if rateLimit > 0 {
+				res.Latency = "due-to-ack" // benchPacer: from the schedule's time, coordinated omission corrected
+			}
 			st, h, elapsed, err := benchProduce(ctx, brokers, opts, bf, duration, size, producers, keys, rateLimit, interval, cmd.ErrOrStderr())
 			stopProf()
 			if err != nil {
@@ -379,9 +386,11 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 			recs := new(recordRecycler)
 			promise := promiseOf(recs)
 			var (
-				free []*client.Record // records to reuse, taken from recs in bulk
-				now  time.Time
-				off  = rng.IntN(len(payload) - size + 1) // where the previous value started
+				free  []*client.Record // records to reuse, taken from recs in bulk
+				now   time.Time
+				stamp time.Time                           // the records' timestamp, from which latency is measured
+				off   = rng.IntN(len(payload) - size + 1) // where the previous value started
+				pace  = newBenchPacer(start, w, producers, rateLimit)
 			)
 			for i := 0; ctx.Err() == nil; i++ {
 				if bf.count > 0 && remaining.Add(-1) < 0 {
@@ -391,8 +400,13 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 					// One clock read for a few records (a few microseconds of producing): the record's
 					// timestamp, from which its latency is measured, is then at most that much early,
 					// which overstates the latency by as much, where a read per record cost about a
-					// tenth of this process's CPU.
+					// tenth of this process's CPU. Paced, the stamp is the schedule's time for the
+					// first of them (see benchPacer), and the producer waits for it.
 					now = time.Now()
+					stamp = now
+					if pace != nil {
+						stamp, now = pace.next(i, now)
+					}
 				}
 				if i%64 == 0 {
 					if duration > 0 && now.After(deadline) {
@@ -403,13 +417,6 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 							return
 						}
 						nextCommit = time.Now().Add(txnEvery)
-					}
-					if rateLimit > 0 { // pace this producer to its share of the rate
-						due := start.Add(time.Duration(float64(i) * float64(producers) / rateLimit * float64(time.Second)))
-						if wait := due.Sub(now); wait > 0 {
-							time.Sleep(wait)
-							now = time.Now()
-						}
 					}
 				}
 				if len(free) == 0 {
@@ -430,7 +437,7 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 					r.Key = keys[(i*producers+w)%nkeys]
 				}
 				st.read.Add(1)
-				r.Timestamp = now
+				r.Timestamp = stamp
 				p.Produce(ctx, r, promise)
 			}
 			if txnEvery > 0 {
@@ -456,6 +463,48 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 
 // clockEvery is how many records bench produce stamps with one clock read.
 const clockEvery = 16
+
+// benchPacer paces one producer of `bench produce --rate` to its share of the rate, with coordinated
+// omission corrected (as wrk2 and the bench/peers harness do): record i of producer w of n is due at
+// start + (i*n+w)/rate (the producers' records interleave), and its latency is measured from then, not
+// from when the producer got to it. A producer that falls behind (Produce blocked on a full buffer, the
+// machine busy) sends the overdue records at once, and each counts the time it was overdue; measured
+// from the actual send, a stall of the node would hold the producer back and hide the records that
+// should have been sent meanwhile. Records are stamped per clockEvery, with the due time of the first of
+// them, so their latency is overstated by at most clockEvery/rate*n.
+type benchPacer struct {
+	start time.Time
+	first float64 // ns from start to this producer's record 0
+	every float64 // ns between this producer's records
+	sleep func(time.Duration)
+	clock func() time.Time
+}
+
+// newBenchPacer returns the pacer of producer w of n at rate records/s in total, or nil when rate is
+// 0 (unpaced).
+func newBenchPacer(start time.Time, w, n int, rate float64) *benchPacer {
+	if rate <= 0 {
+		return nil
+	}
+	return &benchPacer{start: start, first: float64(w) / rate * 1e9, every: float64(n) / rate * 1e9,
+		sleep: time.Sleep, clock: time.Now}
+}
+
+// due returns when record i is due.
+func (bp *benchPacer) due(i int) time.Time {
+	return bp.start.Add(time.Duration(bp.first + float64(i)*bp.every))
+}
+
+// next waits until record i is due (now is the clock's reading) and returns its due time, the stamp
+// of the records from i on, and the clock after the wait.
+func (bp *benchPacer) next(i int, now time.Time) (stamp, after time.Time) {
+	stamp = bp.due(i)
+	if wait := stamp.Sub(now); wait > 0 {
+		bp.sleep(wait)
+		now = bp.clock()
+	}
+	return stamp, now
+}
 
 // recordRecycler hands the Records whose promises ran back to the producing goroutines: promises put
 // them one at a time, producers take them all at once when their own stock is out. A sync.Pool cost
