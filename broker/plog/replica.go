@@ -667,10 +667,7 @@ func (p *Partition) EndOffsetForEpoch(epoch int32) (endOffset int64, foundEpoch 
 // checkpointAll writes the HW checkpoint of every open partition in replicated mode; Close calls it once
 // the writer stopped.
 func (s *Store) checkpointAll() {
-	s.qmu.Lock()
-	failed := s.failed
-	s.qmu.Unlock()
-	if failed != nil {
+	if s.failure() != nil {
 		return
 	}
 	s.partsMu.Lock()

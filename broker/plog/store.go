@@ -476,6 +476,13 @@ func storageErr(err error) error {
 	return fmt.Errorf("%w: %w", rerr.ErrStorage, err)
 }
 
+// failure returns the sticky storage failure (see fail), nil while the store works.
+func (s *Store) failure() error {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	return s.failed
+}
+
 // fail makes a Badger write or fsync failure sticky, as Kafka takes a log directory offline: after an
 // fsync failure the page cache may have dropped the dirty pages (fsyncgate), so nothing written since can
 // be trusted to be on disk, and a write error leaves offsets assigned to data that may not exist.
@@ -557,10 +564,7 @@ func (s *Store) failAll(reqs []*appendReq, failed error) {
 func (s *Store) writeReqs(reqs []*appendReq) {
 	for first := true; len(reqs) > 0; first = false {
 		if !first {
-			s.qmu.Lock()
-			failed := s.failed
-			s.qmu.Unlock()
-			if failed != nil {
+			if failed := s.failure(); failed != nil {
 				s.failAll(reqs, failed)
 				return
 			}
@@ -785,10 +789,7 @@ func (s *Store) syncLoop() {
 }
 
 func (s *Store) syncGroups(groups []*group) {
-	s.qmu.Lock()
-	failed := s.failed
-	s.qmu.Unlock()
-	err := failed
+	err := s.failure()
 	if err == nil {
 		s.fsyncs.Add(1)
 		if err = s.syncFn(); err != nil {
@@ -819,10 +820,7 @@ func (s *Store) syncGroups(groups []*group) {
 // it could not write (fsyncgate), so records already acknowledged may be gone, and Badger's own msync
 // at the next value-log rotation would fail the writes anyway.
 func (s *Store) writeback() {
-	s.qmu.Lock()
-	failed := s.failed
-	s.qmu.Unlock()
-	if failed != nil {
+	if s.failure() != nil {
 		return
 	}
 	s.writebacks.Add(1)
