@@ -29,7 +29,7 @@ test: ## unit, bad-input and recovery tests with the race detector, the multi-pr
 	$(MAKE) fuzz FUZZTIME=20000x
 
 test-long: ## the 3-million-record runs (RUNNEL_LONG=1): consumer-group no-skips with member crashes, the transactional copier with kill -9s
-	RUNNEL_LONG=1 $(GO) test -race -count=1 -timeout 20m -run 'TestGroupNoSkipsFull' ./client/
+	RUNNEL_LONG=1 $(GO) test -race -count=1 -timeout 20m -v -run 'TestGroupNoSkipsFull' ./client/
 	RUNNEL_LONG=1 $(GO) test -race -count=1 -timeout 60m -v -run 'TestTransactionalCopier' ./e2e/
 
 SEED ?=
