@@ -25,7 +25,7 @@ var (
 	// coordinator aborted it past its timeout), so this one's producer epoch is stale. Every later call
 	// returns it; the producer must be closed. Kafka: ProducerFencedException (raised for
 	// PRODUCER_FENCED and, inside a transaction, INVALID_PRODUCER_EPOCH).
-	ErrProducerFenced = errors.New("client: producer fenced: a newer producer with the same transactional id took over")
+	ErrProducerFenced = errors.New("client: producer fenced: its epoch is no longer the transactional id's (a newer producer took the id, or an operator or the transaction timeout aborted its transaction)")
 	// ErrTransactionAborted says the transaction was aborted rather than committed: records dropped by
 	// AbortTransaction before they were sent get it in their promises, and a transaction the coordinator
 	// aborted because it outlived WithTransactionTimeout returns it from CommitTransaction (together

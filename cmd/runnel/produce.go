@@ -142,7 +142,7 @@ error is shown and the exit status is 1.`,
 			}
 			switch {
 			case out == formatJSON:
-				if jerr := printJSON(cmd.OutOrStdout(), st.summaryView(topic, elapsed)); jerr != nil && err == nil {
+				if jerr := printJSONLine(cmd.OutOrStdout(), st.summaryView(topic, elapsed)); jerr != nil && err == nil {
 					err = jerr
 				}
 			case !quiet:
