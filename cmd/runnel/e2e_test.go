@@ -301,6 +301,9 @@ func TestCLIErrors(t *testing.T) {
 	if r = runCLI(t, "", "topic", "describe", "zero", b); r.code != 1 {
 		t.Fatalf("a refused create made topic zero: exit %d, stdout %s", r.code, r.stdout)
 	}
+	if r = runCLI(t, "", "topic", "list", "--brokers", "nonsense"); r.code != 2 || !strings.Contains(r.stderr, "not a host:port address") {
+		t.Fatalf("--brokers without a port: exit %d, stderr %s", r.code, r.stderr)
+	}
 	if r = runCLI(t, "", "nosuchverb"); r.code != 2 {
 		t.Fatalf("unknown verb: exit %d", r.code)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -123,6 +124,11 @@ func (a *app) brokerList() ([]string, error) {
 	var out []string
 	for _, b := range strings.Split(a.brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {
+			// A malformed address would only fail later, after the client's retries, as a resolver
+			// error: say so at once.
+			if host, port, err := net.SplitHostPort(b); err != nil || host == "" || port == "" {
+				return nil, &usageError{fmt.Errorf("--brokers: %q is not a host:port address (e.g. 127.0.0.1:7070)", b)}
+			}
 			out = append(out, b)
 		}
 	}
