@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,10 +88,17 @@ type Store struct {
 	unflushed  int64
 	wbWanted   atomic.Bool
 	writebacks atomic.Int64
+	// Bytes written since the writer last woke the prefetcher (writer goroutine only), and bytes of
+	// value log the prefetcher asked the kernel to read ahead (see prefetch.go).
+	unprefetched int64
+	prefetched   atomic.Int64
 
 	stopWriter, writerDone chan struct{}
 	stopSyncer, syncerDone chan struct{}
 	stopGC, gcDone         chan struct{}
+	prefetchWake           chan struct{}
+	stopPrefetch           chan struct{}
+	prefetchDone           chan struct{}
 	closeOnce              sync.Once
 	closeErr               error
 }
@@ -123,12 +129,17 @@ func Open(opts Options) (*Store, error) {
 		syncerDone: make(chan struct{}),
 		stopGC:     make(chan struct{}),
 		gcDone:     make(chan struct{}),
+
+		prefetchWake: make(chan struct{}, 1),
+		stopPrefetch: make(chan struct{}),
+		prefetchDone: make(chan struct{}),
 	}
 	s.syncFn = s.syncToDisk
 	s.now = time.Now
 	go s.writeLoop()
 	go s.syncLoop()
 	go s.gcLoop()
+	go s.prefetchLoop()
 	return s, nil
 }
 
@@ -151,6 +162,8 @@ func (s *Store) Close() error {
 		<-s.syncerDone
 		close(s.stopGC)
 		<-s.gcDone
+		close(s.stopPrefetch)
+		<-s.prefetchDone
 		s.checkpointAll()
 
 		s.lifeMu.Lock()
@@ -681,11 +694,14 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 		}
 		return
 	}
+	var wrote int64
 	for _, r := range g.reqs {
 		if r.kind != reqCheckpoint {
 			r.p.written(r.last+1, r.bytes, r.epochs, r.aborted)
 		}
+		wrote += r.bytes
 	}
+	s.wakePrefetch(wrote)
 	if !s.opts.Fsync {
 		for _, pe := range g.ends {
 			pe.p.advanceHW(pe.end, pe.gen)
@@ -838,38 +854,16 @@ func (s *Store) syncToDisk() error {
 	if err := s.db.Sync(); err != nil {
 		return err
 	}
-	ents, err := os.ReadDir(s.opts.Dir)
+	files, err := badgerLogFiles(s.opts.Dir)
 	if err != nil {
 		return err
 	}
 	maxVlog, maxMem := s.lastVlogFid, s.lastMemFid
-	type file struct {
-		name string
-		fid  uint64
-		vlog bool
-	}
-	var files []file
-	for _, e := range ents {
-		name := e.Name()
-		var ext string
-		switch {
-		case strings.HasSuffix(name, ".vlog"):
-			ext = ".vlog"
-		case strings.HasSuffix(name, ".mem"):
-			ext = ".mem"
-		default:
-			continue
-		}
-		fid, err := strconv.ParseUint(strings.TrimSuffix(name, ext), 10, 64)
-		if err != nil {
-			continue
-		}
-		f := file{name, fid, ext == ".vlog"}
-		files = append(files, f)
+	for _, f := range files {
 		if f.vlog {
-			maxVlog = max(maxVlog, fid)
+			maxVlog = max(maxVlog, f.fid)
 		} else {
-			maxMem = max(maxMem, fid)
+			maxMem = max(maxMem, f.fid)
 		}
 	}
 	if maxVlog == s.lastVlogFid && maxMem == s.lastMemFid {

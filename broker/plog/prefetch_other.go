@@ -1,0 +1,11 @@
+//go:build !linux
+
+package plog
+
+// prefetchFile is not available here: the prefetcher stops at its first step.
+type prefetchFile struct{}
+
+func openPrefetchFile(string, int64) (*prefetchFile, error) { return nil, errNoPrefetch }
+func (*prefetchFile) dataEnd() (int64, error)               { return 0, errNoPrefetch }
+func (*prefetchFile) populate(int64, int64) error           { return errNoPrefetch }
+func (*prefetchFile) close()                                {}
