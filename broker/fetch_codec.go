@@ -31,7 +31,8 @@ import (
 // discarded read, an in-process caller of Fetch, a server without ServerCodec) just leaves its buffers
 // to the garbage collector.
 
-// recordBufs pools the buffers of fetch answers' records.
+// recordBufs pools the buffers of fetch answers' records, and those of decoded produce requests
+// (produce_codec.go).
 var recordBufs recordBufPool
 
 // Size classes of recordBufs: powers of two from 4 KiB to MaxFetchBytes (a read rarely wastes much:
@@ -102,8 +103,9 @@ func readBufSize(p *plog.Partition, offset, end int64, limit int) int {
 }
 
 // ServerCodec returns the gRPC server option that makes the node encode Fetch answers with
-// fetchCodec: records referenced rather than copied, and their buffers recycled once sent. Every other
-// message goes through gRPC's proto codec, both ways.
+// fetchCodec: records referenced rather than copied, and their buffers recycled once sent; and decode
+// produce requests with their records in one pooled buffer (produce_codec.go). Every other message
+// goes through gRPC's proto codec, both ways.
 func ServerCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(fetchCodec{}) }
 
 // fetchCodec is the node's gRPC codec (ServerCodec). It encodes a *runnelv1.FetchResponse by hand:
@@ -111,7 +113,8 @@ func ServerCodec() grpc.ServerOption { return grpc.ForceServerCodecV2(fetchCodec
 // one (before aborted_transactions) and its bytes are the answer's own buffer, handed to the
 // transport by reference and returned to recordBufs when the transport is done with it. Protobuf
 // parsers accept fields in any order, so clients need nothing new; TestFetchCodecMatchesProto holds the
-// encoding to proto's and fails when either message gains a field the codec does not know.
+// encoding to proto's and fails when either message gains a field the codec does not know. It also
+// decodes a *runnelv1.ProduceRequest by hand (produce_codec.go).
 type fetchCodec struct{}
 
 // Name returns "proto": what goes on the wire is protobuf.
@@ -127,8 +130,12 @@ func (fetchCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return marshalFetchResponse(resp)
 }
 
-// Unmarshal decodes with the proto codec.
+// Unmarshal decodes a *runnelv1.ProduceRequest with its records aliasing one pooled buffer
+// (unmarshalProduceRequest, produce_codec.go), anything else with the proto codec.
 func (fetchCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if req, ok := v.(*runnelv1.ProduceRequest); ok {
+		return unmarshalProduceRequest(data, req)
+	}
 	return encoding.GetCodecV2(grpcproto.Name).Unmarshal(data, v)
 }
 

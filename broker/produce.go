@@ -29,6 +29,17 @@ type produceCall struct {
 	done      chan struct{}
 	timer     *time.Timer
 	onDone    func(*runnelv1.ProduceResponse) // may be nil
+	// buf is the recordBufs buffer the request's records alias (produce_codec.go), nil when none. It
+	// goes back when remaining reaches 0 (settled), not at finish: after a timeout, appends may still
+	// be queued or waiting to be enqueued, and they read the records.
+	buf *[]byte
+}
+
+// settled runs once every append's callback has run and every partition has been enqueued (remaining
+// reached 0): nothing reads the request's records any more.
+func (c *produceCall) settled() {
+	c.finish()
+	releaseProduceBuf(c.buf)
 }
 
 func (c *produceCall) finish() {
@@ -65,30 +76,42 @@ func (c *produceCall) timeout() {
 // trace the request continues (unary calls); a stream's requests pass none, since the stream's span
 // would otherwise parent every request for the stream's lifetime. It also bounds, with the request's
 // timeout, the transaction coordinator's verification of transactional batches (appendPartition).
-func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest, onDone func(*runnelv1.ProduceResponse)) (*produceCall, error) {
+// buf is the buffer req's records alias (takeProduceBuf), nil when none; startProduce owns it and
+// returns it to recordBufs once every append's callback has run, or at once when it refuses req.
+func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest, buf *[]byte, onDone func(*runnelv1.ProduceResponse)) (*produceCall, error) {
 	switch req.Acks {
 	case runnelv1.Acks_ACKS_ALL, runnelv1.Acks_ACKS_LEADER, runnelv1.Acks_ACKS_NONE:
 	default:
+		releaseProduceBuf(buf) // nothing was enqueued
 		return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUIRED_ACKS, "acks %d is not one of ACKS_ALL, ACKS_LEADER, ACKS_NONE", req.Acks)
 	}
 	if req.TimeoutMs < 0 {
+		releaseProduceBuf(buf)
 		return nil, rerr.New(runnelv1.ErrorCode_INVALID_REQUEST, "negative timeout_ms %d", req.TimeoutMs)
 	}
 	c := &produceCall{
 		resp:   &runnelv1.ProduceResponse{CorrelationId: req.CorrelationId, Partitions: make([]*runnelv1.ProducePartitionResult, len(req.Partitions))},
 		done:   make(chan struct{}),
 		onDone: onDone,
+		buf:    buf,
 	}
 	c.remaining.Store(int32(len(req.Partitions)) + 1) // +1 held until every append is enqueued
 	timeout := DefaultProduceTimeout
 	if req.TimeoutMs > 0 {
 		timeout = time.Duration(req.TimeoutMs) * time.Millisecond
 	}
+	// Every result exists before the timer starts: the timeout may come while partitions are still
+	// being enqueued (a verification or a full write queue waits here), and answers for all of them.
+	for i, pp := range req.Partitions {
+		c.resp.Partitions[i] = &runnelv1.ProducePartitionResult{Topic: pp.Topic, Partition: pp.Partition, BaseOffset: -1, LogAppendTimeMs: -1, LogStartOffset: -1}
+	}
 	c.timer = time.AfterFunc(timeout, c.timeout)
 	now := time.Now().UnixMilli()
 	for i, pp := range req.Partitions {
-		r := &runnelv1.ProducePartitionResult{Topic: pp.Topic, Partition: pp.Partition, BaseOffset: -1, LogAppendTimeMs: -1, LogStartOffset: -1}
-		c.resp.Partitions[i] = r
+		r := c.resp.Partitions[i]
+		if testHookBeforeAppend != nil {
+			testHookBeforeAppend(pp)
+		}
 		obs := b.tel.StartAppend(ctx, pp)
 		b.appendPartition(ctx, pp, req.TransactionalId, req.Acks, now, time.Now().Add(timeout), func(res plog.AppendResult, appendTime int64, err error) {
 			obs.Done(res.BaseOffset, err)
@@ -102,15 +125,20 @@ func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest,
 			}
 			c.mu.Unlock()
 			if c.remaining.Add(-1) == 0 {
-				c.finish()
+				c.settled()
 			}
 		})
 	}
 	if c.remaining.Add(-1) == 0 {
-		c.finish()
+		c.settled()
 	}
 	return c, nil
 }
+
+// testHookBeforeAppend, when set by a test, runs in startProduce before each partition is validated
+// and enqueued: it stands for the waits there may be (the transaction coordinator's verification, a
+// full write queue).
+var testHookBeforeAppend func(*runnelv1.ProducePartition)
 
 // appendPartition validates one partition's batches and enqueues them; done is called exactly once:
 // once they are written (acks=1) or, with acks=all, written and fsynced here and, for a replicated
@@ -326,7 +354,7 @@ func requireKeys(pp *runnelv1.ProducePartition, policy string, b []byte, base in
 // Produce implements runnelv1.RecordsServer: append and wait for the acknowledgement per acks.
 func (b *Broker) Produce(ctx context.Context, req *runnelv1.ProduceRequest) (*runnelv1.ProduceResponse, error) {
 	start := time.Now()
-	c, err := b.startProduce(ctx, req, nil)
+	c, err := b.startProduce(ctx, req, takeProduceBuf(req), nil)
 	if err != nil {
 		return nil, rerr.ToStatus(err)
 	}
@@ -380,8 +408,14 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 	}()
 	// Recv runs on its own goroutine so the loop below can also stop for a draining broker (Drain):
 	// a producer's stream stays open while idle, and would hold a graceful stop until its timeout.
-	// The goroutine ends when Recv fails, which it does once this handler has returned.
-	reqs := make(chan *runnelv1.ProduceRequest)
+	// The goroutine ends when Recv fails, which it does once this handler has returned. It takes each
+	// request's records buffer from the codec at once; a request that is not started (the stream
+	// ended meanwhile) gives it back, since nothing was enqueued.
+	type received struct {
+		req *runnelv1.ProduceRequest
+		buf *[]byte
+	}
+	reqs := make(chan received)
 	recvFailed := make(chan error, 1)
 	go func() {
 		for {
@@ -390,9 +424,11 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 				recvFailed <- err
 				return
 			}
+			r := received{req, takeProduceBuf(req)}
 			select {
-			case reqs <- req:
+			case reqs <- r:
 			case <-stream.Context().Done():
+				releaseProduceBuf(r.buf)
 				recvFailed <- stream.Context().Err()
 				return
 			}
@@ -401,8 +437,10 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 	var recvErr error
 	for {
 		var req *runnelv1.ProduceRequest
+		var buf *[]byte
 		select {
-		case req = <-reqs:
+		case r := <-reqs:
+			req, buf = r.req, r.buf
 		case err := <-recvFailed:
 			if !errors.Is(err, io.EOF) {
 				recvErr = err
@@ -420,11 +458,12 @@ func (b *Broker) ProduceStream(stream grpc.BidiStreamingServer[runnelv1.ProduceR
 			recvErr = stream.Context().Err()
 		}
 		if recvErr != nil {
+			releaseProduceBuf(buf)
 			break
 		}
 		pending.Add(1)
 		start := time.Now()
-		_, err := b.startProduce(context.Background(), req, func(resp *runnelv1.ProduceResponse) {
+		_, err := b.startProduce(context.Background(), req, buf, func(resp *runnelv1.ProduceResponse) {
 			if acks != runnelv1.Acks_ACKS_NONE {
 				out <- streamAnswer{resp, start, acks}
 			} else {

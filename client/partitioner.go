@@ -33,9 +33,11 @@ type StickyPartitioner interface {
 func NewKafkaPartitioner() StickyPartitioner { return &kafkaPartitioner{} }
 
 type kafkaPartitioner struct {
-	sticky sync.Map // topic → *atomic.Int32, the sticky partition (-1 none yet)
+	sticky sync.Map // topic → *atomic.Int32, the sticky partition (-1 none yet); entries are never removed
 }
 
+// state returns topic's sticky partition. The pointer stays the topic's for the partitioner's life, so
+// a producer may keep it (ptopic.sticky) rather than look the topic up for every record.
 func (k *kafkaPartitioner) state(topic string) *atomic.Int32 {
 	if v, ok := k.sticky.Load(topic); ok {
 		return v.(*atomic.Int32)
@@ -51,7 +53,12 @@ func (k *kafkaPartitioner) Partition(r *Record, n int32) int32 {
 	if r.Key != nil {
 		return KeyPartition(r.Key, n)
 	}
-	s := k.state(r.Topic)
+	return stickyPartition(k.state(r.Topic), n)
+}
+
+// stickyPartition returns the sticky partition s holds, first choosing one at random when there is none
+// in [0, n) (none yet, or the topic had more partitions when it was chosen).
+func stickyPartition(s *atomic.Int32, n int32) int32 {
 	for {
 		cur := s.Load()
 		if cur >= 0 && cur < n {
@@ -66,7 +73,12 @@ func (k *kafkaPartitioner) Partition(r *Record, n int32) int32 {
 // OnBatchSealed implements StickyPartitioner: if partition was the topic's sticky partition, another
 // one (different when there are several) becomes sticky.
 func (k *kafkaPartitioner) OnBatchSealed(topic string, partition, n int32) {
-	s := k.state(topic)
+	stickySealed(k.state(topic), partition, n)
+}
+
+// stickySealed moves the sticky partition s holds to another one of n when it is partition, whose
+// batch was sealed.
+func stickySealed(s *atomic.Int32, partition, n int32) {
 	if s.Load() != partition {
 		return
 	}

@@ -60,6 +60,9 @@ type Producer struct {
 	acks   runnelv1.Acks
 	tr     *telemetry.Tracer // nil: tracing off (WithTelemetry(nil))
 	txn    *txnManager       // nil: not transactional (no WithTransactionalID)
+	// kafka is cfg.partitioner when it is NewKafkaPartitioner's: the producer then reads and moves a
+	// topic's sticky partition through ptopic.sticky, without the partitioner's lookup of the topic.
+	kafka *kafkaPartitioner
 
 	buf      bufLimiter
 	flushing atomic.Int32 // > 0: send open batches without waiting for the linger
@@ -71,6 +74,9 @@ type Producer struct {
 	topicsMu sync.Mutex                         // serialises changes to topics and allParts
 	topics   atomic.Pointer[map[string]*ptopic] // copy on write
 	allParts atomic.Pointer[[]*ppart]           // every partition of every topic, copy on write
+	// firstTopic is the first topic whose metadata loaded, looked at before topics: most producers
+	// write one topic, and comparing its name costs less than the map's hashing of it, for every record.
+	firstTopic atomic.Pointer[ptopic]
 
 	sinksMu sync.Mutex
 	sinks   map[int32]*sink
@@ -107,6 +113,8 @@ type Producer struct {
 type ptopic struct {
 	name  string
 	parts atomic.Pointer[[]*ppart] // nil until metadata first describes the topic; grows, never shrinks
+	// sticky is the topic's sticky partition in Producer.kafka (nil when the partitioner is another).
+	sticky *atomic.Int32
 
 	mu      sync.Mutex
 	loading chan struct{} // closed when the metadata load in progress ends
@@ -213,6 +221,7 @@ func NewProducer(brokers []string, opts ...ProducerOption) (*Producer, error) {
 	}
 	p := &Producer{cfg: cfg, cl: cl, sinks: map[int32]*sink{}, metaWake: make(chan struct{}, 1), drained: make(chan struct{})}
 	p.sticky, _ = cfg.partitioner.(StickyPartitioner)
+	p.kafka, _ = cfg.partitioner.(*kafkaPartitioner)
 	p.tr = cfg.common.tracer()
 	if cfg.transactionalID != "" {
 		p.txn = newTxnManager(p) // the identity comes from InitTransactions
@@ -417,13 +426,20 @@ func (p *Producer) recordsDone(n int) {
 
 // topic returns the producer's state of topic name, loading its metadata first if needed.
 func (p *Producer) topic(ctx context.Context, name string) (*ptopic, error) {
+	if t := p.firstTopic.Load(); t != nil && t.name == name {
+		return t, nil
+	}
 	if t := (*p.topics.Load())[name]; t != nil && t.parts.Load() != nil {
+		p.firstTopic.CompareAndSwap(nil, t)
 		return t, nil
 	}
 	p.topicsMu.Lock()
 	t := (*p.topics.Load())[name]
 	if t == nil {
 		t = &ptopic{name: name}
+		if p.kafka != nil {
+			t.sticky = p.kafka.state(name)
+		}
 		m := make(map[string]*ptopic, len(*p.topics.Load())+1)
 		for k, v := range *p.topics.Load() {
 			m[k] = v
@@ -644,7 +660,7 @@ func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise fun
 	auto := r.Partition < 0
 	part := r.Partition
 	if auto {
-		part = p.cfg.partitioner.Partition(r, n)
+		part = p.partition(t, r, n)
 		if part < 0 || part >= n {
 			return fmt.Errorf("client: partitioner chose partition %d of topic %q, which has %d", part, t.name, n)
 		}
@@ -667,33 +683,35 @@ func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise fun
 		// The record is encoded with its batch's trace context headers (none when the batch is not
 		// traced: hs is then r.Headers, with no allocation), so whether it fits is judged with them.
 		var hs []batch.RecordHeader
+		var wake *sink
 		if b != nil {
 			hs = b.send.Headers(r.Headers)
-			if b.bld.Size()+b.bld.RecordSize(ts, r.Key, r.Value, hs) > p.cfg.batchBytes {
+			if _, ok := b.bld.AppendWithin(p.cfg.batchBytes, ts, r.Key, r.Value, hs); !ok {
 				pp.sealLocked(p)
 				s := pp.sink
 				pp.mu.Unlock()
 				s.wake()
 				if p.sticky != nil {
-					p.sticky.OnBatchSealed(pp.topic, pp.id, n)
+					p.batchSealed(t, pp.id, n)
 					if auto && attempt == 0 {
 						// KIP-480: a keyless record that would start a new batch follows the sticky
 						// partition to its next place.
-						if np := p.cfg.partitioner.Partition(r, n); np >= 0 && np < n {
+						if np := p.partition(t, r, n); np >= 0 && np < n {
 							part = np
 						}
 					}
 				}
 				continue
 			}
-			b.send.Link(ctx) // a record from another trace than the first record's
-		}
-		var wake *sink
-		if b == nil {
+			if b.send != nil { // Link, not inlined, would check it after a call for every record
+				b.send.Link(ctx) // a record from another trace than the first record's
+			}
+		} else {
 			b = p.newBatch(pp)
 			// The batch's span is a child of its first record's context; later records link to it.
 			b.send = p.tr.StartSend(ctx, pp.topic, pp.id)
 			hs = b.send.Headers(r.Headers)
+			b.bld.Append(ts, r.Key, r.Value, hs)
 			pp.cur = b
 			wake = pp.sink // the sink times the linger from now
 		}
@@ -706,7 +724,6 @@ func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise fun
 				size += int(extra)
 			}
 		}
-		b.bld.Append(ts, r.Key, r.Value, hs)
 		b.recs = append(b.recs, pending{r: r, fn: promise})
 		b.bytes += int64(size)
 		r.Partition = part
@@ -716,6 +733,24 @@ func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise fun
 		}
 		return nil
 	}
+}
+
+// partition returns the partition the partitioner chooses for r among n. With NewKafkaPartitioner's, a
+// keyless record's sticky partition is read through t.sticky, as the partitioner would.
+func (p *Producer) partition(t *ptopic, r *Record, n int32) int32 {
+	if t.sticky != nil && r.Key == nil {
+		return stickyPartition(t.sticky, n)
+	}
+	return p.cfg.partitioner.Partition(r, n)
+}
+
+// batchSealed tells the sticky partitioner (p.sticky, not nil) that partition's batch of t was sealed.
+func (p *Producer) batchSealed(t *ptopic, partition, n int32) {
+	if t.sticky != nil {
+		stickySealed(t.sticky, partition, n)
+		return
+	}
+	p.sticky.OnBatchSealed(t.name, partition, n)
 }
 
 func (p *Producer) newBatch(pp *ppart) *pbatch {

@@ -175,25 +175,47 @@ func (b *Builder) RecordSize(ts int64, key, value []byte, headers []RecordHeader
 // timestamp in ms since the Unix epoch; the first record's becomes the batch's baseTimestamp. A nil key
 // or value is encoded as null (a nil value is a tombstone). Appending after Build starts a new batch.
 func (b *Builder) Append(ts int64, key, value []byte, headers []RecordHeader) int {
-	if b.built || len(b.buf) < HeaderSize {
+	n, _ := b.AppendWithin(math.MaxInt, ts, key, value, headers)
+	return n
+}
+
+// AppendWithin appends the record as Append does when the batch's Size would then be at most limit
+// bytes, and returns the record's encoded size and true. Otherwise it changes nothing and returns the
+// size the record would have taken and false. After Build the Builder counts as empty, since the record
+// would start a new batch. A producer that caps its batches needs the record's size to decide, and
+// Append needs it again for the record's length field: computing it once for both is cheaper than
+// RecordSize followed by Append.
+func (b *Builder) AppendWithin(limit int, ts int64, key, value []byte, headers []RecordHeader) (int, bool) {
+	fresh := b.built || len(b.buf) < HeaderSize
+	count, size := b.count, len(b.buf)
+	if fresh {
+		count, size = 0, HeaderSize
+	}
+	delta := int64(0)
+	if count > 0 {
+		delta = ts - b.baseTs
+	}
+	bodyLen := recordBodyLen(delta, count, key, value, headers)
+	n := varintLen(int64(bodyLen)) + bodyLen
+	if size+n > limit {
+		return n, false
+	}
+	if fresh {
 		b.Reset()
 	}
-	if b.count == 0 {
+	if count == 0 {
 		b.baseTs, b.maxTs = ts, ts
 	} else if ts > b.maxTs {
 		b.maxTs = ts
 	}
-	delta := ts - b.baseTs
-	bodyLen := recordBodyLen(delta, b.count, key, value, headers)
-	if size := varintLen(int64(bodyLen)) + bodyLen; cap(b.buf)-len(b.buf) < size {
-		b.Grow(size)
+	if cap(b.buf)-len(b.buf) < n {
+		b.Grow(n)
 	}
-	start := len(b.buf)
 	buf := b.buf
 	buf = binary.AppendVarint(buf, int64(bodyLen))
 	buf = append(buf, 0) // attributes
 	buf = binary.AppendVarint(buf, delta)
-	buf = binary.AppendVarint(buf, int64(b.count))
+	buf = binary.AppendVarint(buf, int64(count))
 	buf = appendNullableBytes(buf, key)
 	buf = appendNullableBytes(buf, value)
 	buf = binary.AppendVarint(buf, int64(len(headers)))
@@ -205,7 +227,7 @@ func (b *Builder) Append(ts int64, key, value []byte, headers []RecordHeader) in
 	}
 	b.buf = buf
 	b.count++
-	return len(buf) - start
+	return n, true
 }
 
 // Grow makes room for at least n more bytes of records without another allocation. A producer that
@@ -237,10 +259,10 @@ func appendNullableBytes(dst, b []byte) []byte {
 // SetProducer or else -1, timestamps, lastOffsetDelta, recordCount, length) and its CRC-32C. When compression does not make the
 // record area smaller the batch is sent uncompressed, which every reader accepts.
 //
-// The returned bytes belong to the Builder and stay valid until its next Reset or Append; Build may be
-// called again (with the same or another codec) until then. A Builder without records builds a batch
-// with recordCount 0, which brokers refuse. Build panics on a codec outside CompressionNone..Zstd, a
-// programming error the producer's options rule out.
+// The returned bytes belong to the Builder and stay valid until its next Reset or Append (or AppendWithin
+// that appends); Build may be called again (with the same or another codec) until then. A Builder
+// without records builds a batch with recordCount 0, which brokers refuse. Build panics on a codec
+// outside CompressionNone..Zstd, a programming error the producer's options rule out.
 func (b *Builder) Build(c Compression) []byte {
 	if len(b.buf) < HeaderSize {
 		b.Reset()
