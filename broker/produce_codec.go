@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 	"weak"
 
@@ -42,7 +43,9 @@ var produceBufs sync.Map
 
 // testHookProduceBufReleased, when set by a test, runs with a request's buffer just before it goes
 // back to recordBufs.
-var testHookProduceBufReleased func(*[]byte)
+// It is atomic: appends of an earlier test's node may still complete (their callbacks run on goroutines
+// of their own) while the next test sets it.
+var testHookProduceBufReleased atomic.Pointer[func(*[]byte)]
 
 // takeProduceBuf removes and returns the buffer req's records alias, nil when req was not decoded by
 // the node's codec (an in-process caller's) or had no records. The caller owns it: releaseProduceBuf
@@ -59,8 +62,8 @@ func releaseProduceBuf(buf *[]byte) {
 	if buf == nil {
 		return
 	}
-	if testHookProduceBufReleased != nil {
-		testHookProduceBufReleased(buf)
+	if hook := testHookProduceBufReleased.Load(); hook != nil {
+		(*hook)(buf)
 	}
 	recordBufs.Put(buf)
 }

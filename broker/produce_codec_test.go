@@ -524,8 +524,9 @@ func (r *releases) hook(buf *[]byte) {
 // still needed it would show up as damaged or different stored batches.
 func TestProduceThroughNodeKeepsRecords(t *testing.T) {
 	var rel releases
-	testHookProduceBufReleased = rel.hook
-	t.Cleanup(func() { testHookProduceBufReleased = nil }) // after the node stopped
+	hook := rel.hook
+	testHookProduceBufReleased.Store(&hook)
+	t.Cleanup(func() { testHookProduceBufReleased.Store(nil) }) // after the node stopped
 	const topic, parts = "keep", 4
 	n := startProduceNode(t, map[string]int32{topic: parts})
 	ctx := produceCtx(t)
@@ -572,7 +573,9 @@ func TestProduceThroughNodeKeepsRecords(t *testing.T) {
 		t.Fatal("the stream answered more than it was sent")
 	}
 
-	unary := &runnelv1.ProduceRequest{Acks: runnelv1.Acks_ACKS_LEADER}
+	// acks=all: the answer comes once the HW passed the batches, so stored (which reads up to the HW)
+	// sees them; with acks=1 the answer may come before the fsync that moves the HW.
+	unary := &runnelv1.ProduceRequest{Acks: runnelv1.Acks_ACKS_ALL}
 	for p := range int32(parts) {
 		b := testBatch(fmt.Sprintf("unary-p%d", p), 5)
 		sent[p] = append(sent[p], b)
@@ -616,14 +619,15 @@ func TestProduceBufferOutlivesTimeout(t *testing.T) {
 	entered, gate := make(chan struct{}), make(chan struct{})
 	var enterOnce, openOnce sync.Once
 	open := func() { openOnce.Do(func() { close(gate) }) }
-	testHookProduceBufReleased = rel.hook
+	hook := rel.hook
+	testHookProduceBufReleased.Store(&hook)
 	testHookBeforeAppend = func(pp *runnelv1.ProducePartition) {
 		if pp.Topic == "slow" && pp.Partition == 1 {
 			enterOnce.Do(func() { close(entered) })
 			<-gate
 		}
 	}
-	t.Cleanup(func() { testHookProduceBufReleased, testHookBeforeAppend = nil, nil })
+	t.Cleanup(func() { testHookProduceBufReleased.Store(nil); testHookBeforeAppend = nil })
 	n := startProduceNode(t, map[string]int32{"slow": 3})
 	t.Cleanup(open) // runs before the node stops: no handler stays held
 	ctx := produceCtx(t)
@@ -633,7 +637,8 @@ func TestProduceBufferOutlivesTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := make([][]byte, 3)
-	req := &runnelv1.ProduceRequest{Acks: runnelv1.Acks_ACKS_LEADER, TimeoutMs: 1000}
+	// acks=all: a partition's callback, and so the buffer's return, comes after the HW passed its batches.
+	req := &runnelv1.ProduceRequest{Acks: runnelv1.Acks_ACKS_ALL, TimeoutMs: 1000}
 	for p := range int32(3) {
 		sent[p] = testBatch(fmt.Sprintf("slow-p%d", p), 30)
 		req.Partitions = append(req.Partitions, &runnelv1.ProducePartition{Topic: "slow", Partition: p, Records: sent[p]})

@@ -31,38 +31,64 @@ const (
 	prefetchChunk = 4 << 20
 	// prefetchTrigger is how many bytes the writer appends before it wakes the prefetcher.
 	prefetchTrigger = 1 << 20
+	// writebackLag is how far behind the end of the written data a writeback stops (writebackBytes):
+	// the folio Badger is writing into (up to 2 MiB) is left alone, so its writes never wait for it.
+	writebackLag = 4 << 20
 )
 
 // errNoPrefetch is returned where the system has no way to ask for pages ahead (not Linux).
 var errNoPrefetch = errors.New("page-cache prefetch not supported on this system")
 
-// vlogPrefetcher is the prefetcher's state; only the prefetch goroutine uses it.
+// vlogPrefetcher is the prefetcher's state; only the prefetch goroutine uses it. Without fsync it also
+// starts the writebacks of the active value log (writebackBytes).
 type vlogPrefetcher struct {
 	dir      string
 	fileSize int64 // Badger's ValueLogFileSize: it rotates to a new file once the active one passes it
+	// writeback starts writing back n bytes of f at off; nil: the store fsyncs (Options.Fsync), so
+	// nothing is left dirty for long.
+	writeback func(f *prefetchFile, off, n int64) error
 
-	f     *prefetchFile // the active value-log file; nil before the first step
-	fid   uint64
-	ahead int64 // offset of f up to which pages were asked for
+	f      *prefetchFile // the active value-log file; nil before the first step
+	fid    uint64
+	ahead  int64 // offset of f up to which pages were asked for
+	wbDone int64 // offset of f up to which a writeback was started
 }
 
-// step asks for the pages of the active value-log file from the end of its written data to
-// prefetchWindow past it, and returns how many bytes it asked for. Near the end of a file (within a
-// window of fileSize) it looks for the next one, which Badger creates when it rotates, and moves to it.
-// Errors are the system's (the directory cannot be read, a file cannot be opened or mapped, populating
-// failed, or errNoPrefetch); the caller only reports them, since nothing depends on a prefetch.
-func (p *vlogPrefetcher) step() (int64, error) {
+// writebackError is a failed writeback: the kernel may have dropped pages it could not write
+// (fsyncgate), so records already acknowledged may be gone, and the store fails as after a failed
+// fsync.
+type writebackError struct{ err error }
+
+func (e *writebackError) Error() string { return e.err.Error() }
+func (e *writebackError) Unwrap() error { return e.err }
+
+// step starts a writeback of the active value-log file when writebackBytes or more were written
+// since the last one (up to writebackLag short of the end), then asks for the pages of the file from
+// the end of its written data to prefetchWindow past it, and returns how many bytes it asked for and
+// whether it started a writeback. Near the end of a file (within a window of fileSize) it looks for
+// the next one, which Badger creates when it rotates, and moves to it. Errors are the system's (the
+// directory cannot be read, a file cannot be opened or mapped, populating failed, or errNoPrefetch),
+// which the caller only reports, since nothing depends on a prefetch; or a *writebackError, which
+// fails the store.
+func (p *vlogPrefetcher) step() (int64, bool, error) {
 	if p.f == nil || p.ahead+prefetchWindow > p.fileSize {
 		if err := p.findActive(); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		if p.f == nil {
-			return 0, nil // Badger has not created a value-log file yet
+			return 0, false, nil // Badger has not created a value-log file yet
 		}
 	}
 	end, err := p.f.dataEnd()
 	if err != nil {
-		return 0, fmt.Errorf("find the written end of value log %d: %w", p.fid, err)
+		return 0, false, fmt.Errorf("find the written end of value log %d: %w", p.fid, err)
+	}
+	wrote := false
+	if upto := end - writebackLag; p.writeback != nil && upto-p.wbDone >= writebackBytes {
+		if err := p.writeback(p.f, p.wbDone, upto-p.wbDone); err != nil {
+			return 0, false, &writebackError{fmt.Errorf("write back value log %d from %d to %d: %w", p.fid, p.wbDone, upto, err)}
+		}
+		p.wbDone, wrote = upto, true
 	}
 	// The mapping Badger writes through is twice fileSize long; a write never goes past it.
 	limit := min(end+prefetchWindow, 2*p.fileSize)
@@ -71,12 +97,12 @@ func (p *vlogPrefetcher) step() (int64, error) {
 	for off := start; off < limit; off += prefetchChunk {
 		n := min(int64(prefetchChunk), limit-off)
 		if err := p.f.populate(off, n); err != nil {
-			return asked, fmt.Errorf("prefetch value log %d at %d: %w", p.fid, off, err)
+			return asked, wrote, fmt.Errorf("prefetch value log %d at %d: %w", p.fid, off, err)
 		}
 		asked += n
 		p.ahead = off + n
 	}
-	return asked, nil
+	return asked, wrote, nil
 }
 
 // findActive moves to the newest value-log file if there is a newer one than f.
@@ -100,7 +126,7 @@ func (p *vlogPrefetcher) findActive() error {
 		return fmt.Errorf("open value log %d for prefetch: %w", newest, err)
 	}
 	p.close()
-	p.f, p.fid, p.ahead = f, newest, 0
+	p.f, p.fid, p.ahead, p.wbDone = f, newest, 0, 0
 	return nil
 }
 
@@ -150,11 +176,16 @@ func badgerLogFiles(dir string) ([]badgerLogFile, error) {
 func vlogName(fid uint64) string { return fmt.Sprintf("%06d.vlog", fid) }
 
 // prefetchLoop is the prefetch goroutine: it runs a step whenever the writer wakes it, until stop is
-// closed. A failing step is logged once per kind of failure run, at debug level: the writer then takes
-// the faults itself, as it would without the prefetcher.
+// closed. A failed writeback fails the store. Another failing step is logged once per kind of failure
+// run, at debug level: the writer then takes the faults itself, as it would without the prefetcher.
 func (s *Store) prefetchLoop() {
 	defer close(s.prefetchDone)
 	p := &vlogPrefetcher{dir: s.opts.Dir, fileSize: s.opts.ValueLogFileSize}
+	if !s.opts.Fsync {
+		// Read at each call, not here: a test sets writebackFn after Open, before its first append
+		// (which wakes this goroutine).
+		p.writeback = func(f *prefetchFile, off, n int64) error { return s.writebackFn(f, off, n) }
+	}
 	defer p.close()
 	var lastErr string
 	for {
@@ -163,9 +194,16 @@ func (s *Store) prefetchLoop() {
 			return
 		case <-s.prefetchWake:
 		}
-		n, err := p.step()
+		n, wrote, err := p.step()
 		s.prefetched.Add(n)
+		if wrote {
+			s.writebacks.Add(1)
+		}
 		if err != nil {
+			if wbErr := (*writebackError)(nil); errors.As(err, &wbErr) {
+				s.fail(fmt.Errorf("%s: %w", s.opts.Dir, err))
+				return
+			}
 			if errors.Is(err, errNoPrefetch) {
 				return
 			}

@@ -53,6 +53,12 @@ func (p *prefetchFile) populate(off, n int64) error {
 	return err
 }
 
+// writeback starts writing n bytes of the file at off back to the disk and waits for nothing
+// (sync_file_range SYNC_FILE_RANGE_WRITE): no journal commit, no metadata, no promise of durability.
+func (p *prefetchFile) writeback(off, n int64) error {
+	return unix.SyncFileRange(int(p.f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
+}
+
 // close unmaps and closes the file.
 func (p *prefetchFile) close() {
 	unix.Munmap(p.m)

@@ -81,7 +81,7 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 
 	p := &vlogPrefetcher{dir: dir, fileSize: size}
 	defer p.close()
-	n, err := p.step()
+	n, _, err := p.step()
 	if err != nil {
 		t.Fatalf("step: %v", err)
 	}
@@ -94,7 +94,7 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 	if c, pages := cachedPages(t, path, probeOff, probeLen); c != pages {
 		t.Fatalf("%d of %d pages of the window cached after a step", c, pages)
 	}
-	if n, err := p.step(); err != nil || n != 0 {
+	if n, _, err := p.step(); err != nil || n != 0 {
 		t.Fatalf("a second step with nothing written asked for %d bytes (err %v), want none", n, err)
 	}
 	got, err := os.ReadFile(path)
@@ -121,11 +121,11 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if _, err := p.step(); err != nil {
+	if _, _, err := p.step(); err != nil {
 		t.Fatalf("step at the end of a file: %v", err)
 	}
 	next := sparseVlog(t, dir, 3, size, 1<<20)
-	if _, err := p.step(); err != nil {
+	if _, _, err := p.step(); err != nil {
 		t.Fatalf("step after the rotation: %v", err)
 	}
 	if p.fid != 3 {
@@ -139,7 +139,7 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 // TestPrefetcherWithoutValueLog: before Badger created a value-log file a step does nothing.
 func TestPrefetcherWithoutValueLog(t *testing.T) {
 	p := &vlogPrefetcher{dir: t.TempDir(), fileSize: 1 << 20}
-	if n, err := p.step(); err != nil || n != 0 || p.f != nil {
+	if n, _, err := p.step(); err != nil || n != 0 || p.f != nil {
 		t.Fatalf("step in an empty directory: %d bytes, err %v", n, err)
 	}
 }

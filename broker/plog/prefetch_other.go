@@ -8,4 +8,5 @@ type prefetchFile struct{}
 func openPrefetchFile(string, int64) (*prefetchFile, error) { return nil, errNoPrefetch }
 func (*prefetchFile) dataEnd() (int64, error)               { return 0, errNoPrefetch }
 func (*prefetchFile) populate(int64, int64) error           { return errNoPrefetch }
+func (*prefetchFile) writeback(int64, int64) error          { return errNoPrefetch }
 func (*prefetchFile) close()                                {}

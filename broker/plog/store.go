@@ -83,11 +83,11 @@ type Store struct {
 	// Counters of writer groups and fsyncs, which show how well group commit batches (benchmarks).
 	groups, fsyncs atomic.Int64
 
-	// Without Options.Fsync: bytes written since the writer last asked for a writeback (writer
-	// goroutine only), the request to the syncer (see writebackBytes), and how many ran.
-	unflushed  int64
-	wbWanted   atomic.Bool
-	writebacks atomic.Int64
+	// Without Options.Fsync: how many writebacks of the value log the prefetch goroutine started
+	// (writebackBytes), and how it starts one (prefetchFile.writeback, or a failure injected by tests,
+	// set before the first append).
+	writebacks  atomic.Int64
+	writebackFn func(f *prefetchFile, off, n int64) error
 	// Bytes written since the writer last woke the prefetcher (writer goroutine only), and bytes of
 	// value log the prefetcher asked the kernel to read ahead (see prefetch.go).
 	unprefetched int64
@@ -135,6 +135,7 @@ func Open(opts Options) (*Store, error) {
 		prefetchDone: make(chan struct{}),
 	}
 	s.syncFn = s.syncToDisk
+	s.writebackFn = (*prefetchFile).writeback
 	s.now = time.Now
 	go s.writeLoop()
 	go s.syncLoop()
@@ -707,16 +708,7 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 			pe.p.advanceHW(pe.end, pe.gen)
 		}
 		for _, r := range g.reqs {
-			s.unflushed += r.bytes
 			r.finish(nil)
-		}
-		if s.unflushed >= writebackBytes {
-			s.unflushed = 0
-			s.wbWanted.Store(true)
-			select {
-			case s.syncWake <- struct{}{}:
-			default:
-			}
 		}
 		return
 	}
@@ -765,21 +757,24 @@ func (s *Store) commit(entries []*badger.Entry) error {
 	return txn.Commit()
 }
 
-// writebackBytes is how much the writer writes without Options.Fsync before it asks the syncer for a
-// writeback: an fsync nobody waits for, which writes the dirty pages of the value log and the memtable
-// WAL while there are few of them. Without it the pages stay dirty (the kernel writes them back after
-// 30 s, or once gigabytes are dirty) until Badger rotates to the next value-log file, which it does
-// every ValueLogFileSize (256 MiB: every 4 s at 60 MB/s) and which msyncs the whole file it leaves on
+// writebackBytes is how much of the active value log may be dirty, without Options.Fsync, before the
+// prefetch goroutine starts writing it back (prefetch.go): sync_file_range(SYNC_FILE_RANGE_WRITE) of
+// what was written since the last writeback, up to writebackLag short of the end, which starts the
+// I/O and waits for nothing. Without it the pages stay dirty (the kernel writes them back after 30 s,
+// or once gigabytes are dirty) until Badger rotates to the next value-log file, which it does every
+// ValueLogFileSize (256 MiB: every 4 s at 60 MB/s) and which msyncs the whole file it leaves on
 // Badger's write path: every write of every partition waited 75-450 ms for that on a 2-core machine,
 // which made the produce p99 at half of the maximum throughput (issue 9). With a writeback every few
-// MiB the rotation finds the file nearly clean. RocksDB's bytes_per_sync does the same, for the same
-// reason. The data is no more durable for it: nobody waits for the writeback, so acknowledgements
-// promise nothing more than before.
+// MiB the rotation finds the file nearly clean. RocksDB's bytes_per_sync does the same, with the same
+// call, for the same reason. (An msync or fsync instead, as at first, also commits ext4's journal and
+// locks the folio Badger is writing into while it is written back: at 50,000 records/s every one of
+// them held Badger's writes for 5-45 ms.) The data is no more durable for it: nobody waits for the
+// writeback, so acknowledgements promise nothing more than before.
 const writebackBytes = 4 << 20
 
 // syncLoop is the syncer goroutine: it fsyncs once for all groups written since the last fsync, then
 // moves their HWs and answers their acks=all appends. It runs behind the writer, which meanwhile writes
-// the next group. Without Options.Fsync it runs the writebacks the writer asks for (writebackBytes).
+// the next group.
 func (s *Store) syncLoop() {
 	defer close(s.syncerDone)
 	for {
@@ -795,8 +790,6 @@ func (s *Store) syncLoop() {
 		s.smu.Unlock()
 		if len(groups) > 0 {
 			s.syncGroups(groups)
-		} else if s.wbWanted.Swap(false) && !stopping {
-			s.writeback()
 		}
 		if stopping {
 			return
@@ -828,20 +821,6 @@ func (s *Store) syncGroups(groups []*group) {
 				}
 			}
 		}
-	}
-}
-
-// writeback fsyncs what was written (without Options.Fsync; see writebackBytes). A failure makes the
-// store fail as a failed fsync before an acknowledgement does: the kernel may have dropped the pages
-// it could not write (fsyncgate), so records already acknowledged may be gone, and Badger's own msync
-// at the next value-log rotation would fail the writes anyway.
-func (s *Store) writeback() {
-	if s.failure() != nil {
-		return
-	}
-	s.writebacks.Add(1)
-	if err := s.syncFn(); err != nil {
-		s.fail(fmt.Errorf("writeback fsync %s: %w", s.opts.Dir, err))
 	}
 }
 
