@@ -46,7 +46,7 @@ type options struct {
 func main() {
 	var o options
 	reportOnly := flag.String("report-only", "", "only render the report from this results.json")
-	flag.StringVar(&o.out, "out", "bench/out", "directory for the report, charts, results.json and the servers' data")
+	flag.StringVar(&o.out, "out", "bench/out", "directory for the report, charts, results.json and the servers' data (-report-only writes next to its results.json instead)")
 	flag.StringVar(&o.runnelBin, "runnel", "bin/runnel", "the runnel binary (make build)")
 	flag.StringVar(&o.runnelVersion, "runnel-version", "", "how to name the runnel build in the report (default: the binary's path)")
 	flag.StringVar(&o.natsBin, "nats-server", "nats-server", "the nats-server binary")
