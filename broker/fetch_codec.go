@@ -139,20 +139,6 @@ func (fetchCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return encoding.GetCodecV2(grpcproto.Name).Unmarshal(data, v)
 }
 
-// Field numbers of FetchResponse and FetchPartitionResult (api/runnel/v1/runnel.proto).
-const (
-	fFetchPartitions protowire.Number = 1
-
-	fResTopic              protowire.Number = 1
-	fResPartition          protowire.Number = 2
-	fResError              protowire.Number = 3
-	fResHighWatermark      protowire.Number = 4
-	fResLastStableOffset   protowire.Number = 5
-	fResLogStartOffset     protowire.Number = 6
-	fResRecords            protowire.Number = 7
-	fResAbortedTransaction protowire.Number = 8
-)
-
 // marshalFetchResponse encodes resp as a list of buffers: the small fields of all partitions in one
 // byte slice, sliced into the pieces between the records buffers, which are referenced. proto3 rules:
 // scalars, strings and bytes equal to their zero value are left out.
@@ -169,25 +155,25 @@ func marshalFetchResponse(resp *runnelv1.FetchResponse) (mem.BufferSlice, error)
 	from := 0 // start of the small bytes not yet in out
 	var err error
 	for _, r := range resp.Partitions {
-		small = protowire.AppendTag(small, fFetchPartitions, protowire.BytesType)
+		small = protowire.AppendTag(small, runnelv1.FieldFetchPartitions, protowire.BytesType)
 		small = protowire.AppendVarint(small, uint64(fetchResultSize(r)))
 		if r.Topic != "" {
-			small = protowire.AppendTag(small, fResTopic, protowire.BytesType)
+			small = protowire.AppendTag(small, runnelv1.FieldResultTopic, protowire.BytesType)
 			small = protowire.AppendString(small, r.Topic)
 		}
-		small = appendVarintField(small, fResPartition, uint64(int64(r.Partition)))
+		small = appendVarintField(small, runnelv1.FieldResultPartition, uint64(int64(r.Partition)))
 		if r.Error != nil {
-			small = protowire.AppendTag(small, fResError, protowire.BytesType)
+			small = protowire.AppendTag(small, runnelv1.FieldResultError, protowire.BytesType)
 			small = protowire.AppendVarint(small, uint64(proto.Size(r.Error)))
 			if small, err = cachedSize.MarshalAppend(small, r.Error); err != nil {
 				return nil, err
 			}
 		}
-		small = appendVarintField(small, fResHighWatermark, uint64(r.HighWatermark))
-		small = appendVarintField(small, fResLastStableOffset, uint64(r.LastStableOffset))
-		small = appendVarintField(small, fResLogStartOffset, uint64(r.LogStartOffset))
+		small = appendVarintField(small, runnelv1.FieldResultHighWatermark, uint64(r.HighWatermark))
+		small = appendVarintField(small, runnelv1.FieldResultLastStableOffset, uint64(r.LastStableOffset))
+		small = appendVarintField(small, runnelv1.FieldResultLogStartOffset, uint64(r.LogStartOffset))
 		if len(r.Records) > 0 {
-			small = protowire.AppendTag(small, fResRecords, protowire.BytesType)
+			small = protowire.AppendTag(small, runnelv1.FieldResultRecords, protowire.BytesType)
 			small = protowire.AppendVarint(small, uint64(len(r.Records)))
 			out = append(out, mem.SliceBuffer(small[from:len(small):len(small)]))
 			from = len(small)
@@ -195,7 +181,7 @@ func marshalFetchResponse(resp *runnelv1.FetchResponse) (mem.BufferSlice, error)
 			out = append(out, mem.NewBuffer(&recs, &recordBufs))
 		}
 		for _, a := range r.AbortedTransactions {
-			small = protowire.AppendTag(small, fResAbortedTransaction, protowire.BytesType)
+			small = protowire.AppendTag(small, runnelv1.FieldResultAbortedTransactions, protowire.BytesType)
 			small = protowire.AppendVarint(small, uint64(proto.Size(a)))
 			if small, err = cachedSize.MarshalAppend(small, a); err != nil {
 				return nil, err
@@ -215,20 +201,20 @@ var cachedSize = proto.MarshalOptions{UseCachedSize: true}
 func fetchResultSize(r *runnelv1.FetchPartitionResult) int {
 	n := 0
 	if r.Topic != "" {
-		n += protowire.SizeTag(fResTopic) + protowire.SizeBytes(len(r.Topic))
+		n += protowire.SizeTag(runnelv1.FieldResultTopic) + protowire.SizeBytes(len(r.Topic))
 	}
-	n += varintFieldSize(fResPartition, uint64(int64(r.Partition)))
+	n += varintFieldSize(runnelv1.FieldResultPartition, uint64(int64(r.Partition)))
 	if r.Error != nil {
-		n += protowire.SizeTag(fResError) + protowire.SizeBytes(proto.Size(r.Error))
+		n += protowire.SizeTag(runnelv1.FieldResultError) + protowire.SizeBytes(proto.Size(r.Error))
 	}
-	n += varintFieldSize(fResHighWatermark, uint64(r.HighWatermark))
-	n += varintFieldSize(fResLastStableOffset, uint64(r.LastStableOffset))
-	n += varintFieldSize(fResLogStartOffset, uint64(r.LogStartOffset))
+	n += varintFieldSize(runnelv1.FieldResultHighWatermark, uint64(r.HighWatermark))
+	n += varintFieldSize(runnelv1.FieldResultLastStableOffset, uint64(r.LastStableOffset))
+	n += varintFieldSize(runnelv1.FieldResultLogStartOffset, uint64(r.LogStartOffset))
 	if len(r.Records) > 0 {
-		n += protowire.SizeTag(fResRecords) + protowire.SizeBytes(len(r.Records))
+		n += protowire.SizeTag(runnelv1.FieldResultRecords) + protowire.SizeBytes(len(r.Records))
 	}
 	for _, a := range r.AbortedTransactions {
-		n += protowire.SizeTag(fResAbortedTransaction) + protowire.SizeBytes(proto.Size(a))
+		n += protowire.SizeTag(runnelv1.FieldResultAbortedTransactions) + protowire.SizeBytes(proto.Size(a))
 	}
 	return n
 }

@@ -17,8 +17,8 @@ import (
 // does not write.
 func TestFetchCodecMatchesProto(t *testing.T) {
 	known := map[protoreflect.FullName][]protoreflect.FieldNumber{
-		"runnel.v1.FetchResponse":        {fFetchPartitions},
-		"runnel.v1.FetchPartitionResult": {fResTopic, fResPartition, fResError, fResHighWatermark, fResLastStableOffset, fResLogStartOffset, fResRecords, fResAbortedTransaction},
+		"runnel.v1.FetchResponse":        {runnelv1.FieldFetchPartitions},
+		"runnel.v1.FetchPartitionResult": {runnelv1.FieldResultTopic, runnelv1.FieldResultPartition, runnelv1.FieldResultError, runnelv1.FieldResultHighWatermark, runnelv1.FieldResultLastStableOffset, runnelv1.FieldResultLogStartOffset, runnelv1.FieldResultRecords, runnelv1.FieldResultAbortedTransactions},
 	}
 	for _, m := range []proto.Message{&runnelv1.FetchResponse{}, &runnelv1.FetchPartitionResult{}} {
 		d := m.ProtoReflect().Descriptor()

@@ -94,25 +94,6 @@ func unmarshalProduceRequest(data mem.BufferSlice, req *runnelv1.ProduceRequest)
 	return nil
 }
 
-// Field numbers of ProduceRequest and ProducePartition (api/runnel/v1/runnel.proto), and of a map
-// entry (key 1, value 2, as every protobuf map).
-const (
-	fReqCorrelationID   protowire.Number = 1
-	fReqAcks            protowire.Number = 2
-	fReqTimeoutMs       protowire.Number = 3
-	fReqPartitions      protowire.Number = 4
-	fReqTransactionalID protowire.Number = 5
-
-	fPartTopic              protowire.Number = 1
-	fPartPartition          protowire.Number = 2
-	fPartRecords            protowire.Number = 3
-	fPartTraceContext       protowire.Number = 4
-	fPartCurrentLeaderEpoch protowire.Number = 5
-
-	fMapKey   protowire.Number = 1
-	fMapValue protowire.Number = 2
-)
-
 var (
 	errInvalidUTF8 = errors.New("string field contains invalid UTF-8")
 	errEndGroup    = errors.New("end-group tag without a group")
@@ -137,19 +118,19 @@ func decodeProduceRequest(b []byte, req *runnelv1.ProduceRequest) (aliased bool,
 		switch {
 		case typ == protowire.EndGroupType:
 			return false, errEndGroup
-		case num == fReqCorrelationID && typ == protowire.VarintType:
+		case num == runnelv1.FieldProduceCorrelationID && typ == protowire.VarintType:
 			var v uint64
 			v, n = protowire.ConsumeVarint(b)
 			req.CorrelationId = int64(v)
-		case num == fReqAcks && typ == protowire.VarintType:
+		case num == runnelv1.FieldProduceAcks && typ == protowire.VarintType:
 			var v uint64
 			v, n = protowire.ConsumeVarint(b)
 			req.Acks = runnelv1.Acks(int32(v))
-		case num == fReqTimeoutMs && typ == protowire.VarintType:
+		case num == runnelv1.FieldProduceTimeoutMs && typ == protowire.VarintType:
 			var v uint64
 			v, n = protowire.ConsumeVarint(b)
 			req.TimeoutMs = int32(v)
-		case num == fReqPartitions && typ == protowire.BytesType:
+		case num == runnelv1.FieldProducePartitions && typ == protowire.BytesType:
 			var v []byte
 			if v, n = protowire.ConsumeBytes(b); n < 0 {
 				break
@@ -160,7 +141,7 @@ func decodeProduceRequest(b []byte, req *runnelv1.ProduceRequest) (aliased bool,
 			}
 			aliased = aliased || pp.Records != nil
 			req.Partitions = append(req.Partitions, pp)
-		case num == fReqTransactionalID && typ == protowire.BytesType:
+		case num == runnelv1.FieldProduceTransactionalID && typ == protowire.BytesType:
 			var s string
 			if s, n, err = consumeString(b); err != nil {
 				return false, fmt.Errorf("transactional_id: %w", err)
@@ -195,24 +176,24 @@ func decodeProducePartition(b []byte, pp *runnelv1.ProducePartition) error {
 		switch {
 		case typ == protowire.EndGroupType:
 			return errEndGroup
-		case num == fPartTopic && typ == protowire.BytesType:
+		case num == runnelv1.FieldPartitionTopic && typ == protowire.BytesType:
 			var s string
 			if s, n, err = consumeString(b); err != nil {
 				return fmt.Errorf("topic: %w", err)
 			}
 			pp.Topic = s
-		case num == fPartPartition && typ == protowire.VarintType:
+		case num == runnelv1.FieldPartitionPartition && typ == protowire.VarintType:
 			var v uint64
 			v, n = protowire.ConsumeVarint(b)
 			pp.Partition = int32(v)
-		case num == fPartRecords && typ == protowire.BytesType:
+		case num == runnelv1.FieldPartitionRecords && typ == protowire.BytesType:
 			var v []byte
 			v, n = protowire.ConsumeBytes(b)
 			pp.Records = nil // proto3 bytes: empty is nil
 			if len(v) > 0 {
 				pp.Records = v[:len(v):len(v)] // an append to them never runs into the next field
 			}
-		case num == fPartTraceContext && typ == protowire.BytesType:
+		case num == runnelv1.FieldPartitionTraceContext && typ == protowire.BytesType:
 			var v []byte
 			if v, n = protowire.ConsumeBytes(b); n < 0 {
 				break
@@ -225,7 +206,7 @@ func decodeProducePartition(b []byte, pp *runnelv1.ProducePartition) error {
 				pp.TraceContext = make(map[string]string, 2)
 			}
 			pp.TraceContext[k] = val
-		case num == fPartCurrentLeaderEpoch && typ == protowire.VarintType:
+		case num == runnelv1.FieldPartitionCurrentLeaderEpoch && typ == protowire.VarintType:
 			var v uint64
 			v, n = protowire.ConsumeVarint(b)
 			e := int32(v)
@@ -258,11 +239,11 @@ func decodeStringMapEntry(b []byte) (key, val string, _ error) {
 		}
 		b = b[n:]
 		switch {
-		case num == fMapKey && typ == protowire.BytesType:
+		case num == runnelv1.FieldMapKey && typ == protowire.BytesType:
 			if key, n, err = consumeString(b); err != nil {
 				return "", "", fmt.Errorf("key: %w", err)
 			}
-		case num == fMapValue && typ == protowire.BytesType:
+		case num == runnelv1.FieldMapValue && typ == protowire.BytesType:
 			if val, n, err = consumeString(b); err != nil {
 				return "", "", fmt.Errorf("value: %w", err)
 			}

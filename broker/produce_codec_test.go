@@ -83,10 +83,10 @@ func within(b, buf []byte) bool {
 // renumbers a field: decodeProduceRequest would drop the new one into the unknown fields.
 func TestProduceCodecKnowsEveryField(t *testing.T) {
 	known := map[protoreflect.FullName]map[protoreflect.FieldNumber]protoreflect.Kind{
-		"runnel.v1.ProduceRequest": {fReqCorrelationID: protoreflect.Int64Kind, fReqAcks: protoreflect.EnumKind,
-			fReqTimeoutMs: protoreflect.Int32Kind, fReqPartitions: protoreflect.MessageKind, fReqTransactionalID: protoreflect.StringKind},
-		"runnel.v1.ProducePartition": {fPartTopic: protoreflect.StringKind, fPartPartition: protoreflect.Int32Kind,
-			fPartRecords: protoreflect.BytesKind, fPartTraceContext: protoreflect.MessageKind, fPartCurrentLeaderEpoch: protoreflect.Int32Kind},
+		"runnel.v1.ProduceRequest": {runnelv1.FieldProduceCorrelationID: protoreflect.Int64Kind, runnelv1.FieldProduceAcks: protoreflect.EnumKind,
+			runnelv1.FieldProduceTimeoutMs: protoreflect.Int32Kind, runnelv1.FieldProducePartitions: protoreflect.MessageKind, runnelv1.FieldProduceTransactionalID: protoreflect.StringKind},
+		"runnel.v1.ProducePartition": {runnelv1.FieldPartitionTopic: protoreflect.StringKind, runnelv1.FieldPartitionPartition: protoreflect.Int32Kind,
+			runnelv1.FieldPartitionRecords: protoreflect.BytesKind, runnelv1.FieldPartitionTraceContext: protoreflect.MessageKind, runnelv1.FieldPartitionCurrentLeaderEpoch: protoreflect.Int32Kind},
 	}
 	for _, m := range []proto.Message{&runnelv1.ProduceRequest{}, &runnelv1.ProducePartition{}} {
 		d := m.ProtoReflect().Descriptor()
@@ -101,11 +101,11 @@ func TestProduceCodecKnowsEveryField(t *testing.T) {
 			}
 		}
 	}
-	tc := (&runnelv1.ProducePartition{}).ProtoReflect().Descriptor().Fields().ByNumber(fPartTraceContext)
+	tc := (&runnelv1.ProducePartition{}).ProtoReflect().Descriptor().Fields().ByNumber(runnelv1.FieldPartitionTraceContext)
 	if !tc.IsMap() || tc.MapKey().Kind() != protoreflect.StringKind || tc.MapValue().Kind() != protoreflect.StringKind {
 		t.Fatalf("trace_context is no longer a map<string, string>: fix decodeStringMapEntry")
 	}
-	if ep := (&runnelv1.ProducePartition{}).ProtoReflect().Descriptor().Fields().ByNumber(fPartCurrentLeaderEpoch); !ep.HasPresence() {
+	if ep := (&runnelv1.ProducePartition{}).ProtoReflect().Descriptor().Fields().ByNumber(runnelv1.FieldPartitionCurrentLeaderEpoch); !ep.HasPresence() {
 		t.Fatalf("current_leader_epoch lost its presence: fix decodeProducePartition")
 	}
 }
@@ -204,57 +204,57 @@ func produceWireCases() [][]byte {
 	}
 	bs := func(b w, n protowire.Number, v w) w { return protowire.AppendBytes(tag(b, n, protowire.BytesType), v) }
 	str := func(b w, n protowire.Number, s string) w { return bs(b, n, w(s)) }
-	part := func(fields w) w { return bs(nil, fReqPartitions, fields) }
-	entry := func(fields w) w { return bs(nil, fPartTraceContext, fields) }
+	part := func(fields w) w { return bs(nil, runnelv1.FieldProducePartitions, fields) }
+	entry := func(fields w) w { return bs(nil, runnelv1.FieldPartitionTraceContext, fields) }
 	group := func(b w, n protowire.Number, inner w) w {
 		return tag(append(tag(b, n, protowire.StartGroupType), inner...), n, protowire.EndGroupType)
 	}
 	cat := func(parts ...w) w { return bytes.Join(parts, nil) }
 
 	recs := bytes.Repeat(w("batch"), 10)
-	full := cat(vint(nil, fReqCorrelationID, 7), vint(nil, fReqAcks, 1), vint(nil, fReqTimeoutMs, 1000),
-		part(cat(str(nil, fPartTopic, "orders"), vint(nil, fPartPartition, 3), bs(nil, fPartRecords, recs),
-			entry(cat(str(nil, fMapKey, "traceparent"), str(nil, fMapValue, "00-abc"))), vint(nil, fPartCurrentLeaderEpoch, 4))),
-		part(cat(str(nil, fPartTopic, "b"), bs(nil, fPartRecords, w("x")))),
-		str(nil, fReqTransactionalID, "txn"))
+	full := cat(vint(nil, runnelv1.FieldProduceCorrelationID, 7), vint(nil, runnelv1.FieldProduceAcks, 1), vint(nil, runnelv1.FieldProduceTimeoutMs, 1000),
+		part(cat(str(nil, runnelv1.FieldPartitionTopic, "orders"), vint(nil, runnelv1.FieldPartitionPartition, 3), bs(nil, runnelv1.FieldPartitionRecords, recs),
+			entry(cat(str(nil, runnelv1.FieldMapKey, "traceparent"), str(nil, runnelv1.FieldMapValue, "00-abc"))), vint(nil, runnelv1.FieldPartitionCurrentLeaderEpoch, 4))),
+		part(cat(str(nil, runnelv1.FieldPartitionTopic, "b"), bs(nil, runnelv1.FieldPartitionRecords, w("x")))),
+		str(nil, runnelv1.FieldProduceTransactionalID, "txn"))
 
 	cases := []w{
 		nil, {},
 		full,
 		// Repeated scalars and strings: the last wins; records too, an empty last one included.
-		cat(vint(nil, fReqCorrelationID, 1), vint(nil, fReqCorrelationID, 2), str(nil, fReqTransactionalID, "a"), str(nil, fReqTransactionalID, "b")),
-		part(cat(str(nil, fPartTopic, "a"), str(nil, fPartTopic, "b"), vint(nil, fPartPartition, 1), vint(nil, fPartPartition, 2))),
-		part(cat(bs(nil, fPartRecords, w("first")), bs(nil, fPartRecords, w("second")))),
-		part(cat(bs(nil, fPartRecords, w("first")), bs(nil, fPartRecords, nil))),
-		part(bs(nil, fPartRecords, nil)),
-		part(cat(vint(nil, fPartCurrentLeaderEpoch, 1), vint(nil, fPartCurrentLeaderEpoch, 0))),
-		part(vint(nil, fPartCurrentLeaderEpoch, 0)), // set to 0: present
+		cat(vint(nil, runnelv1.FieldProduceCorrelationID, 1), vint(nil, runnelv1.FieldProduceCorrelationID, 2), str(nil, runnelv1.FieldProduceTransactionalID, "a"), str(nil, runnelv1.FieldProduceTransactionalID, "b")),
+		part(cat(str(nil, runnelv1.FieldPartitionTopic, "a"), str(nil, runnelv1.FieldPartitionTopic, "b"), vint(nil, runnelv1.FieldPartitionPartition, 1), vint(nil, runnelv1.FieldPartitionPartition, 2))),
+		part(cat(bs(nil, runnelv1.FieldPartitionRecords, w("first")), bs(nil, runnelv1.FieldPartitionRecords, w("second")))),
+		part(cat(bs(nil, runnelv1.FieldPartitionRecords, w("first")), bs(nil, runnelv1.FieldPartitionRecords, nil))),
+		part(bs(nil, runnelv1.FieldPartitionRecords, nil)),
+		part(cat(vint(nil, runnelv1.FieldPartitionCurrentLeaderEpoch, 1), vint(nil, runnelv1.FieldPartitionCurrentLeaderEpoch, 0))),
+		part(vint(nil, runnelv1.FieldPartitionCurrentLeaderEpoch, 0)), // set to 0: present
 		part(nil), cat(part(nil), part(nil)),
 		// Negative and oversized varints in int32 and enum fields: truncated to 32 bits as proto does.
-		cat(vint(nil, fReqTimeoutMs, uint64(math.MaxUint64)), vint(nil, fReqAcks, 1<<40|3), part(vint(nil, fPartPartition, 1<<35|5))),
-		cat(vint(nil, fReqTimeoutMs, 0xFFFFFFFF), part(vint(nil, fPartCurrentLeaderEpoch, uint64(1<<63)))),
+		cat(vint(nil, runnelv1.FieldProduceTimeoutMs, uint64(math.MaxUint64)), vint(nil, runnelv1.FieldProduceAcks, 1<<40|3), part(vint(nil, runnelv1.FieldPartitionPartition, 1<<35|5))),
+		cat(vint(nil, runnelv1.FieldProduceTimeoutMs, 0xFFFFFFFF), part(vint(nil, runnelv1.FieldPartitionCurrentLeaderEpoch, uint64(1<<63)))),
 		// Non-minimal varints, in a tag and in values.
 		cat(w{0x88, 0x80, 0x00}, w{0x81, 0x80, 0x80, 0x00}),
-		cat(w{0x22, 0x84, 0x00}, str(nil, fPartTopic, "tt")),
+		cat(w{0x22, 0x84, 0x00}, str(nil, runnelv1.FieldPartitionTopic, "tt")),
 		// Map entries: missing key or value, empty, duplicate keys, repeated parts, unknown fields,
 		// a key or value of another wire type (skipped), a group inside.
-		part(cat(entry(str(nil, fMapValue, "v")), entry(str(nil, fMapKey, "k")), entry(nil))),
-		part(cat(entry(cat(str(nil, fMapKey, "k"), str(nil, fMapValue, "1"))), entry(cat(str(nil, fMapKey, "k"), str(nil, fMapValue, "2"))))),
-		part(entry(cat(str(nil, fMapKey, "a"), str(nil, fMapKey, "b"), str(nil, fMapValue, "x"), str(nil, fMapValue, "y")))),
-		part(entry(cat(vint(nil, 3, 9), str(nil, fMapKey, "k"), vint(nil, fMapKey, 5), vint(nil, fMapValue, 6)))),
-		part(entry(cat(group(nil, 7, vint(nil, 1, 1)), str(nil, fMapKey, "k")))),
-		part(entry(tag(nil, fMapKey, protowire.EndGroupType))),
+		part(cat(entry(str(nil, runnelv1.FieldMapValue, "v")), entry(str(nil, runnelv1.FieldMapKey, "k")), entry(nil))),
+		part(cat(entry(cat(str(nil, runnelv1.FieldMapKey, "k"), str(nil, runnelv1.FieldMapValue, "1"))), entry(cat(str(nil, runnelv1.FieldMapKey, "k"), str(nil, runnelv1.FieldMapValue, "2"))))),
+		part(entry(cat(str(nil, runnelv1.FieldMapKey, "a"), str(nil, runnelv1.FieldMapKey, "b"), str(nil, runnelv1.FieldMapValue, "x"), str(nil, runnelv1.FieldMapValue, "y")))),
+		part(entry(cat(vint(nil, 3, 9), str(nil, runnelv1.FieldMapKey, "k"), vint(nil, runnelv1.FieldMapKey, 5), vint(nil, runnelv1.FieldMapValue, 6)))),
+		part(entry(cat(group(nil, 7, vint(nil, 1, 1)), str(nil, runnelv1.FieldMapKey, "k")))),
+		part(entry(tag(nil, runnelv1.FieldMapKey, protowire.EndGroupType))),
 		part(entry(tag(nil, 0, protowire.VarintType))),
 		part(entry(cat(tag(nil, protowire.MaxValidNumber+1, protowire.VarintType), w{0}))),
-		part(entry(str(nil, fMapKey, "\xff"))), part(entry(str(nil, fMapValue, "\xc3"))),
+		part(entry(str(nil, runnelv1.FieldMapKey, "\xff"))), part(entry(str(nil, runnelv1.FieldMapValue, "\xc3"))),
 		part(entry(w{0x0a, 0x05, 'a'})),
 		// Known fields with another wire type: unknown fields, kept.
-		cat(bs(nil, fReqCorrelationID, w("x")), vint(nil, fReqPartitions, 1), vint(nil, fReqTransactionalID, 2)),
-		cat(tag(nil, fReqAcks, protowire.Fixed32Type), w{1, 2, 3, 4}, tag(nil, fReqTimeoutMs, protowire.Fixed64Type), w{1, 2, 3, 4, 5, 6, 7, 8}),
-		part(cat(vint(nil, fPartTopic, 1), vint(nil, fPartRecords, 2), tag(nil, fPartTraceContext, protowire.Fixed64Type), w{1, 2, 3, 4, 5, 6, 7, 8},
-			bs(nil, fPartCurrentLeaderEpoch, w("e")), bs(nil, fPartPartition, w("p")))),
-		group(nil, fReqPartitions, str(nil, fPartTopic, "g")),
-		part(group(nil, fPartRecords, nil)),
+		cat(bs(nil, runnelv1.FieldProduceCorrelationID, w("x")), vint(nil, runnelv1.FieldProducePartitions, 1), vint(nil, runnelv1.FieldProduceTransactionalID, 2)),
+		cat(tag(nil, runnelv1.FieldProduceAcks, protowire.Fixed32Type), w{1, 2, 3, 4}, tag(nil, runnelv1.FieldProduceTimeoutMs, protowire.Fixed64Type), w{1, 2, 3, 4, 5, 6, 7, 8}),
+		part(cat(vint(nil, runnelv1.FieldPartitionTopic, 1), vint(nil, runnelv1.FieldPartitionRecords, 2), tag(nil, runnelv1.FieldPartitionTraceContext, protowire.Fixed64Type), w{1, 2, 3, 4, 5, 6, 7, 8},
+			bs(nil, runnelv1.FieldPartitionCurrentLeaderEpoch, w("e")), bs(nil, runnelv1.FieldPartitionPartition, w("p")))),
+		group(nil, runnelv1.FieldProducePartitions, str(nil, runnelv1.FieldPartitionTopic, "g")),
+		part(group(nil, runnelv1.FieldPartitionRecords, nil)),
 		// Unknown fields of every kind, at both levels, the largest field number included.
 		cat(vint(nil, 100, 1), group(nil, 101, cat(vint(nil, 1, 1), group(nil, 2, nil))), part(cat(vint(nil, 9, 9), bs(nil, protowire.MaxValidNumber, w("z"))))),
 		// Bad field numbers and wire types, stray or mismatched end-group tags.
@@ -266,7 +266,7 @@ func produceWireCases() [][]byte {
 		cat(tag(nil, 9, protowire.StartGroupType), tag(nil, 8, protowire.EndGroupType)),
 		tag(nil, 9, protowire.StartGroupType),
 		// Invalid UTF-8 in every string.
-		str(nil, fReqTransactionalID, "\xff"), part(str(nil, fPartTopic, "ok\xe2\x82")),
+		str(nil, runnelv1.FieldProduceTransactionalID, "\xff"), part(str(nil, runnelv1.FieldPartitionTopic, "ok\xe2\x82")),
 		// Overflowing and truncated varints, lengths past the end.
 		w{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02},
 		w{0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},

@@ -80,12 +80,6 @@ func (fetchCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return nil
 }
 
-// Field numbers of FetchResponse and FetchPartitionResult (api/runnel/v1/runnel.proto).
-const (
-	fFetchPartitions protowire.Number = 1
-	fResRecords      protowire.Number = 7
-)
-
 var errFetchWire = errors.New("malformed protobuf")
 
 // readFetchResponse decodes the FetchResponse in r into resp (empty). With bufs, each partition's
@@ -99,7 +93,7 @@ func readFetchResponse(r *mem.Reader, resp *runnelv1.FetchResponse, bufs *[]*[]b
 			return errFetchWire
 		}
 		num, typ := protowire.DecodeTag(tag)
-		if num == fFetchPartitions && typ == protowire.BytesType {
+		if num == runnelv1.FieldFetchPartitions && typ == protowire.BytesType {
 			n, err := binary.ReadUvarint(r)
 			if err != nil || n > uint64(r.Remaining()) {
 				return errFetchWire
@@ -140,7 +134,7 @@ func readFetchResult(r *mem.Reader, n int, res *runnelv1.FetchPartitionResult, p
 			return nil, errFetchWire
 		}
 		num, typ := protowire.DecodeTag(tag)
-		if num != fResRecords || typ != protowire.BytesType {
+		if num != runnelv1.FieldResultRecords || typ != protowire.BytesType {
 			if other, err = appendField(other, r, tag); err != nil {
 				return nil, err
 			}

@@ -36,11 +36,11 @@ func TestFetchCodecDecodesAsProto(t *testing.T) {
 	}
 	pb = protowire.AppendTag(pb, 99, protowire.VarintType)
 	pb = protowire.AppendVarint(pb, 42)
-	pb = protowire.AppendTag(pb, fResRecords, protowire.BytesType)
+	pb = protowire.AppendTag(pb, runnelv1.FieldResultRecords, protowire.BytesType)
 	pb = protowire.AppendBytes(pb, []byte("second"))
 	pb = protowire.AppendTag(pb, 5, protowire.VarintType)
 	pb = protowire.AppendVarint(pb, 12)
-	wire = protowire.AppendTag(wire, fFetchPartitions, protowire.BytesType)
+	wire = protowire.AppendTag(wire, runnelv1.FieldFetchPartitions, protowire.BytesType)
 	wire = protowire.AppendBytes(wire, pb)
 	wire = protowire.AppendTag(wire, 77, protowire.BytesType)
 	wire = protowire.AppendBytes(wire, []byte("future"))

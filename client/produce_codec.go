@@ -47,24 +47,6 @@ func (produceCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return encoding.GetCodecV2(grpcproto.Name).Unmarshal(data, v)
 }
 
-// Field numbers of ProduceRequest and ProducePartition (api/runnel/v1/runnel.proto).
-const (
-	fReqCorrelationID   protowire.Number = 1
-	fReqAcks            protowire.Number = 2
-	fReqTimeoutMs       protowire.Number = 3
-	fReqPartitions      protowire.Number = 4
-	fReqTransactionalID protowire.Number = 5
-
-	fPartTopic        protowire.Number = 1
-	fPartPartition    protowire.Number = 2
-	fPartRecords      protowire.Number = 3
-	fPartTraceContext protowire.Number = 4
-	fPartLeaderEpoch  protowire.Number = 5
-
-	fMapKey   protowire.Number = 1
-	fMapValue protowire.Number = 2
-)
-
 // appendProduceRequest appends req's encoding to out: the small fields in buffers of their own, each
 // partition's records as a buffer that references them. proto3 rules: scalars and strings equal to
 // their zero value are left out, an optional field is written when set.
@@ -80,19 +62,19 @@ func appendProduceRequest(out mem.BufferSlice, req *runnelv1.ProduceRequest) mem
 	}
 	buf := make([]byte, 0, size)
 	if req.CorrelationId != 0 {
-		buf = protowire.AppendTag(buf, fReqCorrelationID, protowire.VarintType)
+		buf = protowire.AppendTag(buf, runnelv1.FieldProduceCorrelationID, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, uint64(req.CorrelationId))
 	}
 	if req.Acks != 0 {
-		buf = protowire.AppendTag(buf, fReqAcks, protowire.VarintType)
+		buf = protowire.AppendTag(buf, runnelv1.FieldProduceAcks, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, uint64(int64(req.Acks)))
 	}
 	if req.TimeoutMs != 0 {
-		buf = protowire.AppendTag(buf, fReqTimeoutMs, protowire.VarintType)
+		buf = protowire.AppendTag(buf, runnelv1.FieldProduceTimeoutMs, protowire.VarintType)
 		buf = protowire.AppendVarint(buf, uint64(int64(req.TimeoutMs)))
 	}
 	if req.TransactionalId != "" {
-		buf = protowire.AppendTag(buf, fReqTransactionalID, protowire.BytesType)
+		buf = protowire.AppendTag(buf, runnelv1.FieldProduceTransactionalID, protowire.BytesType)
 		buf = protowire.AppendString(buf, req.TransactionalId)
 	}
 	start := 0
@@ -102,10 +84,10 @@ func appendProduceRequest(out mem.BufferSlice, req *runnelv1.ProduceRequest) mem
 		// their own buffer.
 		headLen := 0
 		if pp.Topic != "" {
-			headLen += protowire.SizeTag(fPartTopic) + protowire.SizeBytes(len(pp.Topic))
+			headLen += protowire.SizeTag(runnelv1.FieldPartitionTopic) + protowire.SizeBytes(len(pp.Topic))
 		}
 		if pp.Partition != 0 {
-			headLen += protowire.SizeTag(fPartPartition) + protowire.SizeVarint(uint64(int64(pp.Partition)))
+			headLen += protowire.SizeTag(runnelv1.FieldPartitionPartition) + protowire.SizeVarint(uint64(int64(pp.Partition)))
 		}
 		keys = keys[:0]
 		for k := range pp.TraceContext {
@@ -113,40 +95,40 @@ func appendProduceRequest(out mem.BufferSlice, req *runnelv1.ProduceRequest) mem
 		}
 		sort.Strings(keys) // deterministic bytes for the same request
 		for _, k := range keys {
-			headLen += protowire.SizeTag(fPartTraceContext) + protowire.SizeBytes(mapEntrySize(k, pp.TraceContext[k]))
+			headLen += protowire.SizeTag(runnelv1.FieldPartitionTraceContext) + protowire.SizeBytes(mapEntrySize(k, pp.TraceContext[k]))
 		}
 		if pp.CurrentLeaderEpoch != nil {
-			headLen += protowire.SizeTag(fPartLeaderEpoch) + protowire.SizeVarint(uint64(int64(*pp.CurrentLeaderEpoch)))
+			headLen += protowire.SizeTag(runnelv1.FieldPartitionCurrentLeaderEpoch) + protowire.SizeVarint(uint64(int64(*pp.CurrentLeaderEpoch)))
 		}
 		recLen := 0
 		if len(pp.Records) > 0 {
-			recLen = protowire.SizeTag(fPartRecords) + protowire.SizeBytes(len(pp.Records))
+			recLen = protowire.SizeTag(runnelv1.FieldPartitionRecords) + protowire.SizeBytes(len(pp.Records))
 		}
-		buf = protowire.AppendTag(buf, fReqPartitions, protowire.BytesType)
+		buf = protowire.AppendTag(buf, runnelv1.FieldProducePartitions, protowire.BytesType)
 		buf = protowire.AppendVarint(buf, uint64(headLen+recLen))
 		if pp.Topic != "" {
-			buf = protowire.AppendTag(buf, fPartTopic, protowire.BytesType)
+			buf = protowire.AppendTag(buf, runnelv1.FieldPartitionTopic, protowire.BytesType)
 			buf = protowire.AppendString(buf, pp.Topic)
 		}
 		if pp.Partition != 0 {
-			buf = protowire.AppendTag(buf, fPartPartition, protowire.VarintType)
+			buf = protowire.AppendTag(buf, runnelv1.FieldPartitionPartition, protowire.VarintType)
 			buf = protowire.AppendVarint(buf, uint64(int64(pp.Partition)))
 		}
 		for _, k := range keys {
 			v := pp.TraceContext[k]
-			buf = protowire.AppendTag(buf, fPartTraceContext, protowire.BytesType)
+			buf = protowire.AppendTag(buf, runnelv1.FieldPartitionTraceContext, protowire.BytesType)
 			buf = protowire.AppendVarint(buf, uint64(mapEntrySize(k, v)))
-			buf = protowire.AppendTag(buf, fMapKey, protowire.BytesType)
+			buf = protowire.AppendTag(buf, runnelv1.FieldMapKey, protowire.BytesType)
 			buf = protowire.AppendString(buf, k)
-			buf = protowire.AppendTag(buf, fMapValue, protowire.BytesType)
+			buf = protowire.AppendTag(buf, runnelv1.FieldMapValue, protowire.BytesType)
 			buf = protowire.AppendString(buf, v)
 		}
 		if pp.CurrentLeaderEpoch != nil {
-			buf = protowire.AppendTag(buf, fPartLeaderEpoch, protowire.VarintType)
+			buf = protowire.AppendTag(buf, runnelv1.FieldPartitionCurrentLeaderEpoch, protowire.VarintType)
 			buf = protowire.AppendVarint(buf, uint64(int64(*pp.CurrentLeaderEpoch)))
 		}
 		if len(pp.Records) > 0 {
-			buf = protowire.AppendTag(buf, fPartRecords, protowire.BytesType)
+			buf = protowire.AppendTag(buf, runnelv1.FieldPartitionRecords, protowire.BytesType)
 			buf = protowire.AppendVarint(buf, uint64(len(pp.Records)))
 			out = append(out, mem.SliceBuffer(buf[start:len(buf):len(buf)]), mem.SliceBuffer(pp.Records))
 			start = len(buf)
@@ -161,12 +143,12 @@ func appendProduceRequest(out mem.BufferSlice, req *runnelv1.ProduceRequest) mem
 // mapEntrySize is the encoded size of a map<string, string> entry: key field 1, value field 2 (proto
 // writes both even when empty).
 func mapEntrySize(k, v string) int {
-	return protowire.SizeTag(fMapKey) + protowire.SizeBytes(len(k)) + protowire.SizeTag(fMapValue) + protowire.SizeBytes(len(v))
+	return protowire.SizeTag(runnelv1.FieldMapKey) + protowire.SizeBytes(len(k)) + protowire.SizeTag(runnelv1.FieldMapValue) + protowire.SizeBytes(len(v))
 }
 
 // produceCodecFields lists the fields appendProduceRequest writes, by message, for the test that checks
 // them against the generated descriptors.
 var produceCodecFields = map[string][]protowire.Number{
-	"ProduceRequest":   {fReqCorrelationID, fReqAcks, fReqTimeoutMs, fReqPartitions, fReqTransactionalID},
-	"ProducePartition": {fPartTopic, fPartPartition, fPartRecords, fPartTraceContext, fPartLeaderEpoch},
+	"ProduceRequest":   {runnelv1.FieldProduceCorrelationID, runnelv1.FieldProduceAcks, runnelv1.FieldProduceTimeoutMs, runnelv1.FieldProducePartitions, runnelv1.FieldProduceTransactionalID},
+	"ProducePartition": {runnelv1.FieldPartitionTopic, runnelv1.FieldPartitionPartition, runnelv1.FieldPartitionRecords, runnelv1.FieldPartitionTraceContext, runnelv1.FieldPartitionCurrentLeaderEpoch},
 }

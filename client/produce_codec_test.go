@@ -127,7 +127,7 @@ func TestProduceCodecKnowsEveryField(t *testing.T) {
 			t.Errorf("%s has fields %v; produceCodec writes %v", d.Name(), have, want)
 		}
 		if d.Name() == "ProducePartition" {
-			tc := fields.ByNumber(fPartTraceContext)
+			tc := fields.ByNumber(runnelv1.FieldPartitionTraceContext)
 			if !tc.IsMap() || tc.MapKey().Kind() != protoreflect.StringKind || tc.MapValue().Kind() != protoreflect.StringKind {
 				t.Errorf("trace_context is no longer a map<string, string>")
 			}
