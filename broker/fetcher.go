@@ -19,6 +19,7 @@ const (
 	replicaFetchMaxBytes = 16 << 20               // replica.fetch.response.max.bytes
 	replicaPartitionMax  = 4 << 20                // replica.fetch.max.bytes
 	replicaFetchBackoff  = 200 * time.Millisecond // replica.fetch.backoff.ms
+	maxTruncationRounds  = 16                     // leader-epoch exchanges per fetch round (KIP-279)
 )
 
 // fetcher copies the partitions this broker follows from one leader: a loop of long-poll ReplicaFetch
@@ -132,8 +133,19 @@ func (f *fetcher) round(ctx context.Context, parts []*replica) error {
 	if err != nil {
 		return err
 	}
-	if err := f.truncate(ctx, cl, parts); err != nil {
-		return err
+	// Each round of the exchange cuts a log back by at least one epoch of its own, so it ends within
+	// as many rounds as the log has epochs; the bound only keeps a misbehaving leader from holding the
+	// fetcher here (what is left is asked again in the next fetch round).
+	asking := parts
+	for range maxTruncationRounds {
+		again, err := f.truncate(ctx, cl, asking)
+		if err != nil {
+			return err
+		}
+		if len(again) == 0 {
+			break
+		}
+		asking = again // only those: a partition whose answer was an error waits for the next fetch round
 	}
 	req := &runnelv1.ReplicaFetchRequest{ReplicaId: f.rm.b.cfg.NodeID, MaxWaitMs: int32(replicaFetchWait / time.Millisecond),
 		MaxBytes: replicaFetchMaxBytes}
@@ -187,8 +199,9 @@ func (f *fetcher) round(ctx context.Context, parts []*replica) error {
 var testHookFetched func(node, leader int32, resp *runnelv1.ReplicaFetchResponse) (applied func())
 
 // truncate asks the leader where this replica's latest epoch ends and cuts the log there (KIP-101,
-// KIP-279): a suffix written under an epoch the leader does not continue was never committed.
-func (f *fetcher) truncate(ctx context.Context, cl runnelv1.ReplicationClient, parts []*replica) error {
+// KIP-279): a suffix written under an epoch the leader does not continue was never committed. It
+// returns the partitions that cut back to an earlier epoch of their own and must ask again.
+func (f *fetcher) truncate(ctx context.Context, cl runnelv1.ReplicationClient, parts []*replica) (again []*replica, err error) {
 	req := &runnelv1.OffsetForLeaderEpochRequest{ReplicaId: f.rm.b.cfg.NodeID}
 	var asked []*replica
 	var epochs, latest []int32 // per asked partition: the leader epoch followed, the log's latest epoch asked about
@@ -206,13 +219,13 @@ func (f *fetcher) truncate(ctx context.Context, cl runnelv1.ReplicationClient, p
 			CurrentLeaderEpoch: epoch, LeaderEpoch: own})
 	}
 	if len(asked) == 0 {
-		return nil
+		return nil, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	resp, err := cl.OffsetForLeaderEpoch(cctx, req)
 	if err != nil {
-		return rerr.FromStatus(err)
+		return nil, rerr.FromStatus(err)
 	}
 	for i, res := range resp.Partitions {
 		if i >= len(asked) {
@@ -221,57 +234,57 @@ func (f *fetcher) truncate(ctx context.Context, cl runnelv1.ReplicationClient, p
 		if err := rerr.FromInfo(res.Error); err != nil {
 			continue // the leader is not there yet at this epoch, or moved on: the metadata will tell
 		}
-		if err := f.truncateTo(asked[i], epochs[i], latest[i], res); err != nil {
-			return err
+		more, err := f.truncateTo(asked[i], epochs[i], latest[i], res)
+		if err != nil {
+			return nil, err
+		}
+		if more {
+			again = append(again, asked[i])
 		}
 	}
-	return nil
+	return again, nil
 }
 
 // truncateTo cuts r's log where the leader's answer res to "where does my latest epoch (asked) end"
-// says, and marks r truncated for epoch. Under r.fetchMu, and only while r still follows this leader
-// at epoch and its latest epoch is still asked: another fetcher (of the previous leader) may have
-// appended meanwhile, and then the question is asked again in the next round.
-func (f *fetcher) truncateTo(r *replica, epoch, asked int32, res *runnelv1.OffsetForLeaderEpochResult) error {
+// says (plog's TruncationOffset) and, when the exchange is complete, marks r truncated for epoch; it
+// reports whether r must ask again (KIP-279: its log lacks the epoch the leader answered with). Under
+// r.fetchMu, and only while r still follows this leader at epoch and its latest epoch is still asked:
+// another fetcher (of the previous leader) may have appended meanwhile, and then the question is asked
+// again in the next round.
+func (f *fetcher) truncateTo(r *replica, epoch, asked int32, res *runnelv1.OffsetForLeaderEpochResult) (again bool, err error) {
 	r.fetchMu.Lock()
 	defer r.fetchMu.Unlock()
 	r.mu.Lock()
 	current := r.followsLocked(f.leader, epoch) && !r.truncated
 	r.mu.Unlock()
 	if !current || r.log.LatestEpoch() != asked {
-		return nil
+		return false, nil
 	}
 	leo := r.log.LogEndOffset()
-	cut := leo
-	if res.EndOffset >= 0 && res.EndOffset < leo {
-		cut = res.EndOffset
+	cut, complete := r.log.TruncationOffset(res.LeaderEpoch, res.EndOffset)
+	// Also when cut is the end just read: an append of this replica's own ended leadership that the
+	// writer had already taken (FenceLeaderAppends refuses the ones after) may land after that read,
+	// and the truncation, queued behind it, removes it (with nothing at or above cut it costs nothing).
+	// As a follower of epoch: should this replica lead meanwhile, the cut is refused, not applied to
+	// what it appended as leader.
+	newEnd, err := r.log.TruncateAsFollower(cut, epoch)
+	if err != nil {
+		return false, err
 	}
-	// KIP-279: when the leader's largest epoch at or below ours is older than ours, our log under
-	// that older epoch may also run past the leader's: cut at our own end of it as well.
-	if res.LeaderEpoch >= 0 && res.LeaderEpoch < asked {
-		if own, e := r.log.EndOffsetForEpoch(res.LeaderEpoch); e == res.LeaderEpoch && own >= 0 {
-			cut = min(cut, own)
-		}
-	}
-	if res.EndOffset < 0 && asked >= 0 {
-		// The leader has no epoch at or below ours: none of our log is known to be committed
-		// under its history; keep what the HW says was committed.
-		cut = min(leo, r.log.HighWatermark())
-	}
-	if cut < leo {
-		newEnd, err := r.log.Truncate(cut)
-		if err != nil {
-			return err
-		}
+	if newEnd < leo {
 		f.rm.b.log.Info("follower log truncated to the leader's", "topic", r.topic, "partition", r.partition,
-			"leader", f.leader, "leader_epoch", epoch, "from", leo, "to", newEnd)
+			"leader", f.leader, "leader_epoch", epoch, "asked_epoch", asked, "leader_answer_epoch", res.LeaderEpoch,
+			"leader_answer_end", res.EndOffset, "from", leo, "to", newEnd, "complete", complete)
+	}
+	if !complete {
+		return true, nil
 	}
 	r.mu.Lock()
 	if r.followsLocked(f.leader, epoch) {
 		r.truncated = true
 	}
 	r.mu.Unlock()
-	return nil
+	return false, nil
 }
 
 // untruncate makes r ask the leader again before its next fetch (its log and the leader's disagree),
@@ -307,7 +320,7 @@ func (f *fetcher) apply(ctx context.Context, r *replica, epoch int32, pr *runnel
 		if errors.As(err, &e) && e.Code == runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE {
 			// Behind the leader's log start (retention moved it): start over from there.
 			if pr.LogStartOffset > r.log.LogEndOffset() {
-				if _, terr := r.log.Truncate(pr.LogStartOffset); terr != nil {
+				if _, terr := r.log.TruncateAsFollower(pr.LogStartOffset, epoch); terr != nil {
 					return terr
 				}
 				return nil

@@ -44,8 +44,14 @@ type replica struct {
 	followers      map[int32]*follower // leader role: every other replica
 	waiters        []hwWaiter          // leader role: acks=all appends waiting for the HW, by offset
 	isrChange      bool                // leader role: an ISR change is being proposed
-	truncated      bool                // follower role: the log was truncated for this epoch (KIP-101)
-	stopWatch      chan struct{}       // leader role: closed to stop watchDurable
+	// epochStart is, in the leader role, the log end offset when this leadership began (Kafka's
+	// leaderEpochStartOffset): everything committed under earlier epochs lies below it, while the HW
+	// a new leader starts from is only what its last fetch answer said and may lag the old leader's.
+	// A follower rejoins the ISR only once it has reached both (KAFKA-7128): one admitted at the stale
+	// HW could be elected next while missing acknowledged records.
+	epochStart int64
+	truncated  bool          // follower role: the log was truncated for this epoch (KIP-101)
+	stopWatch  chan struct{} // leader role: closed to stop watchDurable
 }
 
 // followsLocked reports whether r follows leader at epoch: what a fetcher checks, under fetchMu, before
@@ -71,6 +77,8 @@ type hwWaiter struct {
 // so the ISR is not shrunk before they had a chance to fetch (Kafka does the same at election).
 func (r *replica) becomeLeader(self int32, st meta.PartitionState, now time.Time) {
 	r.leader, r.leaderID, r.epoch, r.truncated = true, self, st.LeaderEpoch, false
+	r.epochStart = r.log.LogEndOffset()
+	r.log.BeginLeadership(st.LeaderEpoch) // a truncation decided while following is refused from now on
 	r.followers = map[int32]*follower{}
 	for _, id := range st.Replicas {
 		if id != self {

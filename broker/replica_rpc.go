@@ -151,6 +151,10 @@ func (b *Broker) afterAppend(t *meta.Topic, p int32, acksAll bool, res plog.Appe
 
 // replicaOf returns the replica state of a replicated partition this broker leads (nil for a
 // partition with one replica), checking min.insync.replicas for acks=all before anything is written.
+// For every acks value the replication layer must have taken up the leadership at the epoch of t (the
+// image the append is stamped from): the image can show this broker leading before apply made the
+// replica leader, and an append stamped with the new epoch while the replica still follows would pass
+// the log's fence and then be cut by the follower's truncation.
 func (b *Broker) replicaOf(t *meta.Topic, p int32, acksAll bool) (*replica, error) {
 	if len(t.Assignment[p].Replicas) <= 1 {
 		return nil, nil
@@ -158,6 +162,12 @@ func (b *Broker) replicaOf(t *meta.Topic, p int32, acksAll bool) (*replica, erro
 	r := b.repl.get(plog.PartitionID{TopicNum: t.Num, Partition: p})
 	if r == nil {
 		return nil, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "%s-%d: leadership not taken up here yet", t.Name, p)
+	}
+	r.mu.Lock()
+	leading := r.leader && r.epoch == t.Assignment[p].LeaderEpoch
+	r.mu.Unlock()
+	if !leading {
+		return nil, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "%s-%d: leadership at epoch %d not taken up here yet", t.Name, p, t.Assignment[p].LeaderEpoch)
 	}
 	if acksAll {
 		if err := r.checkMinISR(); err != nil {

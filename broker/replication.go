@@ -105,6 +105,7 @@ func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) 
 					fail = append(fail, r.stepDownLocked()...)
 				}
 				if r.leaderID != st.Leader || r.epoch != st.LeaderEpoch {
+					l.FenceLeaderAppends(st.LeaderEpoch) // before the fetcher truncates for this epoch
 					rm.unfollowLocked(r)
 					r.leaderID, r.epoch, r.truncated = st.Leader, st.LeaderEpoch, false
 					if st.Leader != meta.NoLeader {
@@ -210,8 +211,9 @@ func (rm *replication) followerFetched(r *replica, id int32, offset int64, now t
 		f.lastCaughtUp = now
 	}
 	ws := r.advanceLocked()
-	// A follower out of the ISR that has everything up to the HW rejoins (Kafka's maybeExpandIsr).
-	expand := !slices.Contains(r.isr, id) && offset >= r.log.HighWatermark() && !r.isrChange
+	// A follower out of the ISR that has everything up to the HW, and everything this leader had when
+	// its leadership began, rejoins (Kafka's maybeExpandIsr with KAFKA-7128's epoch start check).
+	expand := !slices.Contains(r.isr, id) && offset >= max(r.log.HighWatermark(), r.epochStart) && !r.isrChange
 	var cmd meta.Command
 	if expand {
 		r.isrChange = true

@@ -139,6 +139,23 @@ func (c *testCluster) replicaOn(id int32, topic string) *replica {
 	return c.brokers[id].repl.get(plog.PartitionID{TopicNum: tp.Num, Partition: 0})
 }
 
+// following is a condition for waitUntil: node id follows leader at epoch for partition 0 of topic and
+// has run its leader-epoch exchange.
+func (c *testCluster) following(topic string, id, leader, epoch int32) func() error {
+	return func() error {
+		r := c.replicaOn(id, topic)
+		if r == nil {
+			return fmt.Errorf("node %d has not taken up its replica", id)
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.leader || r.leaderID != leader || r.epoch != epoch || !r.truncated {
+			return fmt.Errorf("node %d: leader %v, leader id %d, epoch %d, truncated %v", id, r.leader, r.leaderID, r.epoch, r.truncated)
+		}
+		return nil
+	}
+}
+
 // produce sends one batch to partition 0 of topic on node id (a copy: the broker stamps it in place).
 func (c *testCluster) produce(id int32, topic string, records []byte, acks runnelv1.Acks) (int64, error) {
 	resp, err := c.brokers[id].Produce(context.Background(), &runnelv1.ProduceRequest{Acks: acks, TimeoutMs: 10_000,
@@ -250,6 +267,24 @@ func (g *fetchGates) hook(node, leader int32, resp *runnelv1.ReplicaFetchRespons
 	return func() { close(gt.applied) }
 }
 
+// startGatedCluster starts n brokers whose replica-fetch answers the returned gates can hold, and
+// creates topic with one partition on all of them (min.insync.replicas=2); it returns the partition's
+// first assignment.
+func startGatedCluster(t *testing.T, n int, topic string) (*testCluster, *fetchGates, meta.PartitionState) {
+	t.Helper()
+	gates := &fetchGates{gates: map[[2]int32]*fetchGate{}}
+	testHookFetched = gates.hook
+	t.Cleanup(func() { testHookFetched = nil }) // runs last: after the brokers stopped
+	c := startTestCluster(t, n)
+	t.Cleanup(gates.openAll) // runs first: no fetcher stays stopped at a gate while its broker closes
+	if _, err := c.q.propose(meta.Command{Type: meta.CmdCreateTopic, TopicID: topic + "-id", Spec: &meta.Spec{Name: topic,
+		Partitions: 1, ReplicationFactor: int32(n), Configs: map[string]string{"min.insync.replicas": "2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tp, _ := c.brokers[1].md.Image().Topic(topic)
+	return c, gates, tp.Assignment[0]
+}
+
 // waitClosed waits for ch with a deadline.
 func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
@@ -269,18 +304,8 @@ func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 // retries X on B, which writes it at the same offset under epoch 1. A replica must not take an answer
 // to a fetch it sent under an earlier role: C's log must equal B's, byte for byte.
 func TestStaleFetchAnswerAfterLeaderChange(t *testing.T) {
-	gates := &fetchGates{gates: map[[2]int32]*fetchGate{}}
-	testHookFetched = gates.hook
-	t.Cleanup(func() { testHookFetched = nil }) // runs last: after the brokers stopped
-	c := startTestCluster(t, 3)
-	t.Cleanup(gates.openAll) // runs first: no fetcher stays stopped at a gate while its broker closes
 	const topic = "stale"
-	if _, err := c.q.propose(meta.Command{Type: meta.CmdCreateTopic, TopicID: "stale-id", Spec: &meta.Spec{Name: topic,
-		Partitions: 1, ReplicationFactor: 3, Configs: map[string]string{"min.insync.replicas": "2"}}}); err != nil {
-		t.Fatal(err)
-	}
-	tp, _ := c.brokers[1].md.Image().Topic(topic)
-	st := tp.Assignment[0]
+	c, gates, st := startGatedCluster(t, 3, topic)
 	a := st.Leader
 	var b, cc int32 // b: the replica elected when a is fenced (the first other one in replica order)
 	for _, id := range st.Replicas {
@@ -292,20 +317,7 @@ func TestStaleFetchAnswerAfterLeaderChange(t *testing.T) {
 			cc = id
 		}
 	}
-	following := func(id, leader, epoch int32) func() error {
-		return func() error {
-			r := c.replicaOn(id, topic)
-			if r == nil {
-				return fmt.Errorf("node %d has not taken up its replica", id)
-			}
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			if r.leader || r.leaderID != leader || r.epoch != epoch || !r.truncated {
-				return fmt.Errorf("node %d: leader %v, leader id %d, epoch %d, truncated %v", id, r.leader, r.leaderID, r.epoch, r.truncated)
-			}
-			return nil
-		}
-	}
+	following := func(id, leader, epoch int32) func() error { return c.following(topic, id, leader, epoch) }
 	waitUntil(t, "followers ready at epoch 0", following(b, a, 0))
 	waitUntil(t, "followers ready at epoch 0", following(cc, a, 0))
 
@@ -395,4 +407,113 @@ func TestStaleFetchAnswerAfterLeaderChange(t *testing.T) {
 		}
 		t.Fatalf("C's log differs from the leader B's:\n  B: %v\n  C: %v", hb, hc)
 	}
+}
+
+// TestISRExpansionWaitsForLeaderEpochStart is KAFKA-7128. A new leader starts from the HW its last
+// fetch answer carried, which may lag the old leader's: here B's is 10 while 15 records were
+// acknowledged (by A, B and D). A follower out of the ISR at 10 (C) must not rejoin at that stale HW:
+// elected next, it would miss acknowledged records. It rejoins once it has what B had when its
+// leadership began.
+func TestISRExpansionWaitsForLeaderEpochStart(t *testing.T) {
+	const topic = "epochstart"
+	c, gates, st := startGatedCluster(t, 4, topic)
+	a, b, cc, d := st.Leader, st.Replicas[1], st.Replicas[2], st.Replicas[3] // b: elected when a is fenced
+	if st.Replicas[0] != a {
+		t.Fatalf("leader %d is not the first replica of %v", a, st.Replicas)
+	}
+	for _, id := range []int32{b, cc, d} {
+		waitUntil(t, "followers ready at epoch 0", c.following(topic, id, a, 0))
+	}
+	const pid = 4343
+	if _, err := c.produce(a, topic, idempotentBatch(pid, 0, 10, "one"), runnelv1.Acks_ACKS_ALL); err != nil {
+		t.Fatalf("first batch: %v", err)
+	}
+
+	// C falls behind: its next answer from A is held, so once that answer is in, C sends A no more
+	// fetches (one would take it back into the ISR at A's HW), and it leaves the ISR.
+	waitClosed(t, "C's fetcher stopped at A", gates.hold(cc, a, false).entered)
+	ra := c.replicaOn(a, topic)
+	ra.mu.Lock()
+	pe := ra.partitionEpoch
+	ra.mu.Unlock()
+	if _, err := c.q.propose(meta.Command{Type: meta.CmdAlterPartition, Name: topic, Partition: 0, BrokerID: a, LeaderEpoch: 0,
+		PartitionEpoch: pe, ISR: []int32{a, b, d}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "A applies the ISR without C", func() error {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		if slices.Contains(ra.isr, cc) {
+			return fmt.Errorf("ISR %v", ra.isr)
+		}
+		return nil
+	})
+
+	// Records 10-14 are acknowledged by A, B and D; the answer that would tell B the new HW is held.
+	toB := gates.hold(b, a, true)
+	acked := make(chan error, 1)
+	go func() {
+		_, err := c.produce(a, topic, idempotentBatch(pid, 10, 5, "two"), runnelv1.Acks_ACKS_ALL)
+		acked <- err
+	}()
+	waitClosed(t, "B's answer carrying the second batch", toB.entered)
+	gates.hold(b, a, false)
+	toB.open()
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatalf("second batch: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second batch was not acknowledged")
+	}
+	rb := c.replicaOn(b, topic)
+	if hw := rb.log.HighWatermark(); hw != 10 {
+		t.Fatalf("B's HW is %d, want 10 (behind A's 15): the scenario did not happen", hw)
+	}
+
+	// A and D stop; A is fenced and B leads at epoch 1 with ISR {B, D}. D's log end is unknown to B,
+	// so B's HW stays 10.
+	c.brokers[d].Close()
+	c.brokers[a].Close()
+	fromB := gates.hold(cc, b, true)
+	if _, err := c.q.propose(meta.Command{Type: meta.CmdFenceBroker, BrokerID: a}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "B leads at epoch 1", func() error {
+		rb.mu.Lock()
+		defer rb.mu.Unlock()
+		if !rb.leader || rb.epoch != 1 {
+			return fmt.Errorf("B: leader %v epoch %d", rb.leader, rb.epoch)
+		}
+		return nil
+	})
+	if hw := rb.log.HighWatermark(); hw != 10 {
+		t.Fatalf("B's HW as leader is %d, want 10", hw)
+	}
+
+	// C follows B from 10 (its answers from B that carry records are held, from its first): B must see
+	// that fetch and keep C out of the ISR.
+	waitUntil(t, "B sees C's fetch at 10", func() error {
+		rb.mu.Lock()
+		defer rb.mu.Unlock()
+		f := rb.followers[cc]
+		if f == nil || f.leo != 10 {
+			return fmt.Errorf("B's view of C: %+v", f)
+		}
+		if rb.isrChange || slices.Contains(rb.isr, cc) {
+			t.Fatalf("B takes C back into the ISR at offset 10, below the 15 records B had when elected (ISR %v, change proposed %v)", rb.isr, rb.isrChange)
+		}
+		return nil
+	})
+
+	// Once C has B's records it rejoins.
+	fromB.open()
+	waitUntil(t, "C rejoins the ISR", func() error {
+		st, _ := c.brokers[b].md.Image().Topic(topic)
+		if isr := st.Assignment[0].ISR; !slices.Contains(isr, cc) {
+			return fmt.Errorf("ISR %v", isr)
+		}
+		return nil
+	})
 }

@@ -54,6 +54,8 @@ type Partition struct {
 	epochs     []EpochEntry
 	wEpoch     int32
 	hwQueued   bool
+	fence      int32 // the least leader epoch a leader append may still be written under (FenceLeaderAppends)
+	leading    int32 // the latest epoch this replica was granted the leadership at (BeginLeadership), -1: none
 
 	// aborted is the aborted-transaction index of what is written (aborted.go), sorted by marker
 	// offset; in Badger under aprefix.
@@ -869,6 +871,7 @@ func (s *Store) recover(id PartitionID) (*Partition, error) {
 	p := &Partition{
 		s:       s,
 		id:      id,
+		leading: -1,
 		lprefix: partPrefix(kindBatch, id),
 		tprefix: partPrefix(kindTime, id),
 		sprefix: partPrefix(kindState, id),

@@ -231,6 +231,34 @@ func (p *Partition) prepareReplica(batches []byte, opts AppendOptions) (*appendR
 // mixture. Errors (wrapped): offset < 0; ErrPartitionDeleted; ErrClosed; rerr.ErrStorage when the
 // store failed (a failed truncation write fails the store, as a failed append does).
 func (p *Partition) Truncate(offset int64) (int64, error) {
+	return p.truncate(offset, -1)
+}
+
+// TruncateAsFollower is Truncate for a follower of the leader at epoch, the truncation of the
+// leader-epoch exchange (KIP-101). The writer runs it only while no leadership above epoch has been
+// granted here (BeginLeadership), else it fails NOT_LEADER_OR_FOLLOWER and changes nothing: a cut
+// decided while following must not remove what this replica appended as the leader it became
+// meanwhile. When nothing is stored or being written at or above offset it returns at once, without
+// the writer (and without the fsync a truncation costs).
+func (p *Partition) TruncateAsFollower(offset int64, epoch int32) (int64, error) {
+	p.mu.Lock()
+	noop := offset == p.next && p.gone == nil
+	p.mu.Unlock()
+	if noop {
+		return offset, nil
+	}
+	return p.truncate(offset, epoch)
+}
+
+// BeginLeadership records that this replica leads from epoch on: TruncateAsFollower requests for
+// lower epochs are refused from now on, and leader appends under epoch pass FenceLeaderAppends.
+func (p *Partition) BeginLeadership(epoch int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.leading = max(p.leading, epoch)
+}
+
+func (p *Partition) truncate(offset int64, followEpoch int32) (int64, error) {
 	if offset < 0 {
 		return 0, fmt.Errorf("truncate %s: negative offset %d", p.id, offset)
 	}
@@ -240,7 +268,7 @@ func (p *Partition) Truncate(offset int64) (int64, error) {
 	p.retMu.Lock()
 	defer p.retMu.Unlock()
 	r := p.newReq(reqTruncate, AppendOptions{})
-	r.truncTo = offset
+	r.truncTo, r.followEpoch = offset, followEpoch
 	if err := p.s.enqueue(r); err != nil {
 		return 0, err
 	}
@@ -254,6 +282,16 @@ func (p *Partition) Truncate(offset int64) (int64, error) {
 // truncate runs a Truncate on the writer goroutine, with nothing else of the store being written.
 func (s *Store) truncate(r *appendReq) {
 	p := r.p
+	if r.followEpoch >= 0 {
+		p.mu.Lock()
+		leading := p.leading
+		p.mu.Unlock()
+		if leading > r.followEpoch {
+			r.finish(fmt.Errorf("truncate %s: %w", p.id, rerr.New(runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER,
+				"decided while following epoch %d, but this replica leads at epoch %d now", r.followEpoch, leading)))
+			return
+		}
+	}
 	s.dropMu.RLock()
 	newEnd, gen, fatal, err := p.truncateNow(r.truncTo)
 	s.dropMu.RUnlock()
@@ -662,6 +700,57 @@ func (p *Partition) EndOffsetForEpoch(epoch int32) (endOffset int64, foundEpoch 
 		return p.epochs[i+1].StartOffset, p.epochs[i].Epoch
 	}
 	return -1, -1
+}
+
+// FenceLeaderAppends makes the writer refuse, from now on, every leader append (Append, AppendAsync)
+// made under a leader epoch below epoch, with NOT_LEADER_OR_FOLLOWER. The replication layer calls it
+// when this replica starts following at epoch, before it truncates for the new leader: an append of
+// the ended leadership that is still queued would otherwise be written after the truncation read the
+// log's end, and stay under the old epoch at offsets where the new leader has its own batches (Kafka
+// keeps the two apart with the partition's leaderIsrUpdateLock). An append already taken by the writer
+// is ahead of any Truncate queued later, which removes it. Lowering the fence does nothing.
+func (p *Partition) FenceLeaderAppends(epoch int32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fence = max(p.fence, epoch)
+}
+
+// TruncationOffset is the follower's side of the leader-epoch exchange (KIP-101, with KIP-279's
+// repeated rounds; Kafka's AbstractFetcherThread.getOffsetTruncationState). The follower asked the
+// leader where its latest epoch (LatestEpoch) ends and got (leaderEpoch, leaderEnd): the largest epoch
+// at or below it in the leader's log and that epoch's end offset, or (-1, -1) when the leader has none
+// (OffsetForLeaderEpoch). TruncationOffset returns the offset to truncate this log to and whether the
+// exchange is complete; when it is not, the follower truncates there and asks again about its new
+// latest epoch, since only then is the rest of its log known to be a prefix of the leader's.
+//
+//   - An empty log (no epoch): nothing to cut, complete.
+//   - The leader holds none of this log's epochs at or below the latest (an unclean election, or a
+//     leader log that starts later): none of this log is known to be the leader's, so it empties and
+//     restarts at 0, complete; the follower's fetch from 0 then copies the leader's log from its
+//     start (OFFSET_OUT_OF_RANGE moves it there when the leader's log starts later).
+//   - This log holds leaderEpoch: min(leaderEnd, this log's end of that epoch), complete.
+//   - It does not (it followed or led later epochs without that one's batches): cut to the end of its
+//     own largest epoch below leaderEpoch and ask again. Stopping here, as KIP-101 alone did, would
+//     keep this log's batches of later epochs at offsets where the leader has leaderEpoch's.
+func (p *Partition) TruncationOffset(leaderEpoch int32, leaderEnd int64) (offset int64, complete bool) {
+	p.mu.Lock()
+	leo, empty := p.leo, len(p.epochs) == 0
+	p.mu.Unlock()
+	if empty {
+		return leo, true
+	}
+	if leaderEpoch < 0 || leaderEnd < 0 {
+		return 0, true
+	}
+	own, found := p.EndOffsetForEpoch(leaderEpoch)
+	switch {
+	case found < 0:
+		return 0, true
+	case found == leaderEpoch:
+		return min(leaderEnd, own, leo), true
+	default:
+		return min(own, leo), false
+	}
 }
 
 // checkpointAll writes the HW checkpoint of every open partition in replicated mode; Close calls it once

@@ -3,6 +3,7 @@ package plog
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -50,37 +51,59 @@ func (m *replicaModel) open() {
 	}
 }
 
-// reconcile runs the follower side of the leader-epoch exchange against the leader (Kafka's
-// AbstractFetcherThread truncation): ask for the end of the follower's latest epoch; if the leader
-// answers an epoch the follower holds, truncate to the lesser end offset; if not, cut the follower
-// back to the end of its epochs up to the answered one and ask again.
+// reconcile runs the follower side of the leader-epoch exchange against the leader as the broker's
+// fetcher does: ask for the end of the follower's latest epoch and truncate where TruncationOffset
+// says, again while it reports the exchange incomplete.
+//
+// The exchange must keep exactly the longest run of batches the follower shares with the leader, byte
+// for byte at the same offsets (each epoch has one leader, so batches of one epoch at one offset are
+// the same): less would cut acknowledged records, more would keep batches the leader does not have.
 func (m *replicaModel) reconcile(f *Partition) {
 	leader := m.reps[m.leader]
-	for range 64 {
-		fe := f.LatestEpoch()
-		if fe < 0 {
-			m.truncate(f, 0) // every batch here has an epoch: an empty log
-			return
-		}
-		end, le := leader.EndOffsetForEpoch(fe)
-		if le < 0 {
-			m.truncate(f, 0) // nothing in common
-			return
-		}
-		fEnd, fEpoch := f.EndOffsetForEpoch(le)
+	keep, shared := commonPrefix(m.tb, f, leader)
+	defer func() {
 		switch {
-		case fEpoch < 0:
-			m.truncate(f, 0)
+		case shared == 0 && f.Size() != 0:
+			m.rt.Fatalf("%s shares no batch with the leader but keeps %d bytes after the exchange", f.ID(), f.Size())
+		case shared > 0 && f.LogEndOffset() != keep:
+			m.rt.Fatalf("%s shares %d batches (up to %d) with the leader but ends at %d after the exchange", f.ID(), shared, keep, f.LogEndOffset())
+		}
+	}()
+	for range 64 {
+		if f.LatestEpoch() < 0 {
+			m.truncate(f, 0) // an empty log (every batch here has an epoch): the model copies from 0
 			return
-		case fEpoch == le:
-			m.truncate(f, min(end, fEnd))
+		}
+		end, le := leader.EndOffsetForEpoch(f.LatestEpoch())
+		off, complete := f.TruncationOffset(le, end)
+		m.truncate(f, off)
+		if complete {
 			return
-		default:
-			m.truncate(f, fEnd)
 		}
 	}
 	m.rt.Fatal("the epoch exchange did not converge")
 }
+
+// commonPrefix returns how many of f's batches, from its log start, the leader holds byte for byte at
+// the same offsets, and where the last of them ends.
+func commonPrefix(tb testing.TB, f, leader *Partition) (end int64, n int) {
+	theirs := map[int64][]byte{}
+	_ = batch.Split(readLocalAll(tb, leader, leader.LogStartOffset()), func(b []byte, h batch.Header) error {
+		theirs[h.BaseOffset] = b
+		return nil
+	})
+	end = f.LogStartOffset()
+	_ = batch.Split(readLocalAll(tb, f, f.LogStartOffset()), func(b []byte, h batch.Header) error {
+		if !bytes.Equal(theirs[h.BaseOffset], b) {
+			return errStop
+		}
+		end, n = h.NextOffset(), n+1
+		return nil
+	})
+	return end, n
+}
+
+var errStop = errors.New("stop")
 
 func (m *replicaModel) truncate(p *Partition, off int64) {
 	before := p.LogEndOffset()

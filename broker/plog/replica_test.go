@@ -871,3 +871,117 @@ func TestDeletePartitionDropsReplicationKeys(t *testing.T) {
 		t.Fatal("a recreated partition inherited state")
 	}
 }
+
+// TestTruncationOffset walks the follower's side of the leader-epoch exchange (KIP-101, KIP-279) over
+// two logs that share epoch 0 only: the leader wrote epochs 1 and 3, the follower 2 and 5 (each led or
+// followed while the other was away). Asking about its latest epoch (5) gets the leader's epoch 3,
+// which the follower lacks; stopping there with min(leader's end, LEO), as a single round does, would
+// keep the follower's epoch-2 and -5 batches at offsets where the leader has epoch 1's. The exchange
+// must go on until the follower is cut back to what both wrote under epoch 0.
+func TestTruncationOffset(t *testing.T) {
+	s := openStore(t, testOptions(t, true))
+	leader := mustPartition(t, s, PartitionID{TopicNum: 7, Partition: 0})
+	follower := mustPartition(t, s, PartitionID{TopicNum: 7, Partition: 1})
+	// Batches of 2 records. Leader: epoch 0 [0,4), 1 [4,10), 3 [10,12). Follower: 0 [0,4), 2 [4,8), 5 [8,10).
+	for i, e := range []int32{0, 0, 1, 1, 1, 3} {
+		mustAppend(t, leader, valueBatch(t, fmt.Sprint("l", i), 2, int64(i)), epochAppend(e))
+	}
+	for i, e := range []int32{0, 0, 2, 2, 5} {
+		tag := fmt.Sprint("f", i)
+		if i < 2 {
+			tag = fmt.Sprint("l", i) // the shared epoch-0 prefix
+		}
+		mustAppend(t, follower, valueBatch(t, tag, 2, int64(i)), epochAppend(e))
+	}
+
+	for _, c := range []struct {
+		leaderEpoch int32
+		leaderEnd   int64
+		off         int64
+		complete    bool
+	}{
+		{-1, -1, 0, true}, // the leader has no epoch at or below ours: nothing in common
+		{5, 9, 9, true},   // same epoch, the leader's ends first
+		{5, 12, 10, true}, // same epoch, ours ends first
+		{2, 6, 6, true},   // an earlier epoch of ours, answered as the leader's largest at or below 5
+		{3, 12, 8, false}, // epoch 3 is not ours: back to the end of our epoch 2, ask again
+		{1, 10, 4, false}, // epoch 1 is not ours: back to the end of our epoch 0, ask again
+		{0, 4, 4, true},   // the shared epoch
+	} {
+		off, complete := follower.TruncationOffset(c.leaderEpoch, c.leaderEnd)
+		if off != c.off || complete != c.complete {
+			t.Errorf("TruncationOffset(%d, %d) = (%d, %v), want (%d, %v)", c.leaderEpoch, c.leaderEnd, off, complete, c.off, c.complete)
+		}
+	}
+
+	// The whole exchange, as the broker's fetcher runs it.
+	rounds := 0
+	for complete := false; !complete; rounds++ {
+		if rounds == 5 {
+			t.Fatal("the exchange did not end")
+		}
+		end, epoch := leader.EndOffsetForEpoch(follower.LatestEpoch())
+		var off int64
+		off, complete = follower.TruncationOffset(epoch, end)
+		if _, err := follower.Truncate(off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rounds != 3 || follower.LogEndOffset() != 4 {
+		t.Fatalf("after %d rounds the follower ends at %d, want 3 rounds and 4", rounds, follower.LogEndOffset())
+	}
+	if got, want := readLocalAll(t, follower, 0), readLocalAll(t, leader, 0); !bytes.HasPrefix(want, got) || len(got) == 0 {
+		t.Fatalf("the follower's log (%d bytes) is not a prefix of the leader's (%d bytes)", len(got), len(want))
+	}
+
+	empty := mustPartition(t, s, PartitionID{TopicNum: 7, Partition: 2})
+	if off, complete := empty.TruncationOffset(3, 12); off != 0 || !complete {
+		t.Fatalf("empty log: TruncationOffset = (%d, %v), want (0, true)", off, complete)
+	}
+}
+
+// TestFenceLeaderAppends: once a replica follows epoch 5, an append of its own ended leadership (epoch
+// 4) is refused NOT_LEADER_OR_FOLLOWER and stores nothing; appends under epoch 5 and later, and the
+// follower's own AppendReplica, go on. Once it leads at 6, a truncation decided while following 5 is
+// refused.
+func TestFenceLeaderAppends(t *testing.T) {
+	s := openStore(t, testOptions(t, true))
+	p := mustPartition(t, s, pid)
+	mustAppend(t, p, valueBatch(t, "a", 2, 1), epochAppend(4))
+	p.FenceLeaderAppends(5)
+	p.FenceLeaderAppends(3) // lowering does nothing
+	_, err := p.Append(context.Background(), valueBatch(t, "b", 2, 2), epochAppend(4))
+	if !errors.Is(err, rerr.ErrNotLeaderOrFollower) {
+		t.Fatalf("append under epoch 4 after the fence at 5: %v, want NOT_LEADER_OR_FOLLOWER", err)
+	}
+	done := make(chan error, 1)
+	p.AppendAsync(valueBatch(t, "c", 2, 3), epochAppend(4), func(_ AppendResult, err error) { done <- err })
+	if err := <-done; !errors.Is(err, rerr.ErrNotLeaderOrFollower) {
+		t.Fatalf("AppendAsync under epoch 4 after the fence at 5: %v", err)
+	}
+	if p.LogEndOffset() != 2 || !slices.Equal(p.EpochEntries(), []EpochEntry{{4, 0}}) {
+		t.Fatalf("refused appends changed the log: LEO %d, epochs %v", p.LogEndOffset(), p.EpochEntries())
+	}
+	rb := valueBatch(t, "r", 2, 2) // as the new leader stored it: offsets 2-3, epoch 5
+	batch.SetBaseOffset(rb, 2)
+	batch.SetPartitionLeaderEpoch(rb, 5)
+	if _, err := p.AppendReplica(context.Background(), rb, AppendOptions{Sync: true}); err != nil {
+		t.Fatalf("AppendReplica after the fence: %v", err)
+	}
+	p.BeginLeadership(6)
+	if res := mustAppend(t, p, valueBatch(t, "d", 2, 4), epochAppend(6)); res.BaseOffset != 4 {
+		t.Fatalf("append under epoch 6 at %d, want 4", res.BaseOffset)
+	}
+
+	// A cut decided while following epoch 5 is refused once the replica leads at 6; one decided at
+	// 6 runs; one with nothing at or above it returns at once.
+	if _, err := p.TruncateAsFollower(2, 5); !errors.Is(err, rerr.ErrNotLeaderOrFollower) || p.LogEndOffset() != 6 {
+		t.Fatalf("truncation for epoch 5 after leading at 6: %v, LEO %d; want NOT_LEADER_OR_FOLLOWER and 6", err, p.LogEndOffset())
+	}
+	if end, err := p.TruncateAsFollower(4, 6); err != nil || end != 4 || p.LogEndOffset() != 4 {
+		t.Fatalf("truncation for epoch 6: end %d, %v, LEO %d", end, err, p.LogEndOffset())
+	}
+	if end, err := p.TruncateAsFollower(4, 5); err != nil || end != 4 {
+		t.Fatalf("truncation at the end: %d %v", end, err)
+	}
+}

@@ -395,6 +395,9 @@ type appendReq struct {
 	sync      bool  // acks=all: done only after the fsync (when Options.Fsync)
 	allowGaps bool  // reqReplica: AppendOptions.AllowGaps
 	truncTo   int64 // reqTruncate: the offset asked for
+	// reqTruncate by TruncateAsFollower: the leader epoch followed; refused once a leadership above
+	// it was granted (Partition.leading). -1: unconditional (Truncate).
+	followEpoch int32
 	// The topic's segment limits (AppendOptions.SegmentBytes, SegmentMs).
 	segBytes, segMs int64
 
@@ -616,6 +619,14 @@ func (s *Store) writeGroup(reqs []*appendReq) {
 			continue
 		}
 		switch r.kind {
+		case reqAppend:
+			if e := r.batches[0].epoch; e < p.fence {
+				fence := p.fence
+				p.mu.Unlock()
+				r.finish(fmt.Errorf("append to %s: %w", p.id, rerr.New(runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER,
+					"the append was made under leader epoch %d; this replica follows epoch %d now", e, fence)))
+				continue
+			}
 		case reqCheckpoint:
 			p.hwQueued = false
 			if p.replicated {

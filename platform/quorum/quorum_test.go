@@ -154,9 +154,13 @@ func TestSingleVoter(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("LeaderChanges: nothing")
 	}
-	if id, addr := n.q.Leader(); id != 1 || addr != n.q.Addr() {
-		t.Fatalf("Leader() = %d, %q; want 1, %q", id, addr, n.q.Addr())
-	}
+	// raft sets its state to leader a moment before it records itself as the leader it reports.
+	waitFor(t, 5*time.Second, func() error {
+		if id, addr := n.q.Leader(); id != 1 || addr != n.q.Addr() {
+			return fmt.Errorf("Leader() = %d, %q; want 1, %q", id, addr, n.q.Addr())
+		}
+		return nil
+	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
