@@ -107,11 +107,13 @@ func (gc *GroupCoordinator) Close() {
 	gc.wg.Wait()
 }
 
-// loop follows metadata changes at once and runs the cores' timers every TickInterval.
+// loop follows metadata changes, and the replication layer's taking up of leaderships, at once and
+// runs the cores' timers every TickInterval.
 func (gc *GroupCoordinator) loop() {
 	defer gc.wg.Done()
 	t := time.NewTicker(gc.cfg.TickInterval)
 	defer t.Stop()
+	led := gc.b.repl.ledChanged() // renewed only once it fired, so a leadership taken up meanwhile is seen
 	for {
 		changed := gc.b.md.Changed()
 		select {
@@ -121,6 +123,9 @@ func (gc *GroupCoordinator) loop() {
 			now := time.Now()
 			gc.syncTopics(now)
 			gc.shards.follow(now)
+		case <-led:
+			led = gc.b.repl.ledChanged()
+			gc.shards.follow(time.Now())
 		case now := <-t.C:
 			gc.syncTopics(now)
 			gc.shards.follow(now)

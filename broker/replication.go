@@ -28,6 +28,7 @@ type replication struct {
 	mu       sync.Mutex
 	parts    map[plog.PartitionID]*replica
 	fetchers map[int32]*fetcher // by leader id
+	led      chan struct{}      // closed (and replaced) when apply takes up a leadership
 }
 
 func newReplication(b *Broker) *replication {
@@ -35,7 +36,7 @@ func newReplication(b *Broker) *replication {
 	if lag <= 0 {
 		lag = DefaultReplicaLagTimeMax
 	}
-	rm := &replication{b: b, lagMax: lag, parts: map[plog.PartitionID]*replica{}, fetchers: map[int32]*fetcher{}}
+	rm := &replication{b: b, lagMax: lag, parts: map[plog.PartitionID]*replica{}, fetchers: map[int32]*fetcher{}, led: make(chan struct{})}
 	if t := b.cfg.ReplicationThrottle; t > 0 {
 		rm.throttle = rate.NewLimiter(rate.Limit(t), int(min(t, 64<<20)))
 	}
@@ -49,6 +50,27 @@ func (rm *replication) get(id plog.PartitionID) *replica {
 	return rm.parts[id]
 }
 
+// leads reports whether this broker has taken up the leadership of replicated partition id at epoch:
+// the metadata image can show it before apply ran, while the replica still follows and its
+// truncation for the previous epoch may still cut the log.
+func (rm *replication) leads(id plog.PartitionID, epoch int32) bool {
+	r := rm.get(id)
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.leader && r.epoch == epoch
+}
+
+// ledChanged returns a channel closed the next time apply takes up a leadership, for the
+// coordinators, which load a partition's state only once its leadership is taken up.
+func (rm *replication) ledChanged() <-chan struct{} {
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	return rm.led
+}
+
 // apply gives every replicated partition held here its role in img. logs are the open local logs (b.mu
 // held by the caller, so the logs cannot be dropped meanwhile).
 func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) *plog.Partition) {
@@ -56,8 +78,13 @@ func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) 
 	now := time.Now()
 	seen := map[plog.PartitionID]bool{}
 	var fail, ready []hwWaiter // appends that lost their leader; appends the HW now covers
+	took := false              // a leadership was taken up
 	rm.mu.Lock()
 	defer func() {
+		if took {
+			close(rm.led)
+			rm.led = make(chan struct{})
+		}
 		rm.mu.Unlock()
 		fire(fail, rerr.New(runnelv1.ErrorCode_NOT_LEADER_OR_FOLLOWER, "leadership moved while the write waited for the ISR"))
 		fire(ready, nil)
@@ -89,6 +116,7 @@ func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) 
 						fail = append(fail, r.stepDownLocked()...) // a new epoch of our own leadership
 					}
 					r.becomeLeader(self, st, now)
+					took = true
 					r.stopWatch = make(chan struct{})
 					rm.b.wg.Add(1)
 					go func(stop chan struct{}) {

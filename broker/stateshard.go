@@ -353,6 +353,12 @@ func (ss *stateShards[R, C]) follow(now time.Time) {
 		if loaded || st.Leader != ss.b.cfg.NodeID {
 			continue
 		}
+		if len(st.Replicas) > 1 && !ss.b.repl.leads(plog.PartitionID{TopicNum: t.Num, Partition: p}, st.LeaderEpoch) {
+			// The replica still follows: its truncation for the previous epoch may yet cut what a
+			// replay would read, or what the shard would write. The coordinator's loop calls follow
+			// again when the replication layer takes up a leadership.
+			continue
+		}
 		if err := ss.load(t, p, st.LeaderEpoch, now); err != nil {
 			ss.log.Error("loading coordinator state failed", "topic", ss.topic, "partition", p, "err", err)
 		}

@@ -112,17 +112,22 @@ func (tc *TxnCoordinator) Close() {
 // loaded, so calls for those ids are served rather than answered COORDINATOR_LOAD_IN_PROGRESS.
 func (tc *TxnCoordinator) Loaded() bool { return tc.shards.Loaded() }
 
-// loop follows metadata changes at once and runs the cores' timers every TickInterval.
+// loop follows metadata changes, and the replication layer's taking up of leaderships, at once and
+// runs the cores' timers every TickInterval.
 func (tc *TxnCoordinator) loop() {
 	defer tc.wg.Done()
 	t := time.NewTicker(tc.cfg.TickInterval)
 	defer t.Stop()
+	led := tc.b.repl.ledChanged() // renewed only once it fired, so a leadership taken up meanwhile is seen
 	for {
 		changed := tc.b.md.Changed()
 		select {
 		case <-tc.stop:
 			return
 		case <-changed:
+			tc.shards.follow(time.Now())
+		case <-led:
+			led = tc.b.repl.ledChanged()
 			tc.shards.follow(time.Now())
 		case now := <-t.C:
 			tc.shards.follow(now)
