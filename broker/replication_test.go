@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -516,4 +517,28 @@ func TestISRExpansionWaitsForLeaderEpochStart(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestProduceNeedsLeadershipTakenUp: an image can show a broker leading at a new epoch before its
+// replication layer took that leadership up (apply runs after the image changes). Until it has, a
+// produce of any acks value is refused: stamped with the new epoch it would pass the log's fence, and
+// the replica's truncation as a follower of the old epoch could still cut it.
+func TestProduceNeedsLeadershipTakenUp(t *testing.T) {
+	const topic = "takenup"
+	c, _, st := startGatedCluster(t, 3, topic)
+	a, b := st.Replicas[0], st.Replicas[1]
+	waitUntil(t, "B follows A at epoch 0", c.following(topic, b, a, 0))
+	tp, _ := c.brokers[a].md.Image().Topic(topic)
+	if _, err := c.brokers[a].replicaOf(tp, 0, false); err != nil {
+		t.Fatalf("the leader A at epoch 0: %v", err)
+	}
+	// The image of a moment later, as B would see it before its apply ran: B leads at epoch 1.
+	next := *tp
+	next.Assignment = slices.Clone(tp.Assignment)
+	next.Assignment[0].Leader, next.Assignment[0].LeaderEpoch = b, 1
+	for _, acksAll := range []bool{false, true} {
+		if _, err := c.brokers[b].replicaOf(&next, 0, acksAll); !errors.Is(err, rerr.ErrLeaderNotAvailable) {
+			t.Fatalf("B, still following, asked to write at epoch 1 (acks=all %v): %v, want LEADER_NOT_AVAILABLE", acksAll, err)
+		}
+	}
 }
