@@ -1057,40 +1057,56 @@ func BenchmarkProduce(b *testing.B) {
 			p := newProducer(b, addr, client.WithAcks(tc.acks), client.WithCompression(tc.codec))
 			ctx := context.Background()
 			value := bytes.Repeat([]byte("0123456789"), 10)
-			// Records are reused round a ring; a slot is reused only once its promise has run.
-			recs := make([]client.Record, 1<<17)
-			done := make([]atomic.Bool, len(recs))
-			promises := make([]func(*client.Record, error), len(recs))
-			var failed atomic.Int64
-			for i := range promises {
-				done[i].Store(true)
-				promises[i] = func(_ *client.Record, err error) {
-					if err != nil {
-						failed.Add(1)
-					}
-					done[i].Store(true)
-				}
-			}
+			ring := newRecordRing(1 << 17)
 			b.SetBytes(int64(len(value)))
 			b.ReportAllocs()
 			b.ResetTimer()
 			start := time.Now()
 			for i := range b.N {
-				slot := i % len(recs)
-				if !done[slot].Load() {
-					p.Flush(ctx)
-				}
-				done[slot].Store(false)
-				r := &recs[slot]
+				r, promise := ring.next(ctx, p, i)
 				*r = client.Record{Topic: "bench", Partition: -1, Value: value}
-				p.Produce(ctx, r, promises[slot])
+				p.Produce(ctx, r, promise)
 			}
-			if err := p.Flush(ctx); err != nil || failed.Load() > 0 {
-				b.Fatalf("flush %v, %d failed", err, failed.Load())
+			if err := p.Flush(ctx); err != nil || ring.failed.Load() > 0 {
+				b.Fatalf("flush %v, %d failed", err, ring.failed.Load())
 			}
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
 		})
 	}
+}
+
+// recordRing reuses produce benchmarks' records round a ring: a slot is taken again only once the
+// promise of its previous record ran, so records are neither allocated per send nor overwritten while
+// the producer still holds them.
+type recordRing struct {
+	recs     []client.Record
+	done     []atomic.Bool
+	promises []func(*client.Record, error)
+	failed   atomic.Int64 // promises that reported an error
+}
+
+func newRecordRing(n int) *recordRing {
+	g := &recordRing{recs: make([]client.Record, n), done: make([]atomic.Bool, n), promises: make([]func(*client.Record, error), n)}
+	for i := range g.promises {
+		g.done[i].Store(true)
+		g.promises[i] = func(_ *client.Record, err error) {
+			if err != nil {
+				g.failed.Add(1)
+			}
+			g.done[i].Store(true)
+		}
+	}
+	return g
+}
+
+// next returns the record and promise of send i, flushing p first when that slot is still in use.
+func (g *recordRing) next(ctx context.Context, p *client.Producer, i int) (*client.Record, func(*client.Record, error)) {
+	slot := i % len(g.recs)
+	if !g.done[slot].Load() {
+		p.Flush(ctx)
+	}
+	g.done[slot].Store(false)
+	return &g.recs[slot], g.promises[slot]
 }
 
 // BenchmarkConsume measures consumer throughput of 100-byte records from a local node, in records per

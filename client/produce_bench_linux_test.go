@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"runtime"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -25,19 +24,7 @@ func BenchmarkProduceKeyless(b *testing.B) {
 	p := newProducer(b, addr, client.WithAcks(client.AcksLeader))
 	ctx := context.Background()
 	value := bytes.Repeat([]byte("0123456789"), 10)
-	recs := make([]client.Record, 1<<17)
-	done := make([]atomic.Bool, len(recs))
-	promises := make([]func(*client.Record, error), len(recs))
-	var failed atomic.Int64
-	for i := range promises {
-		done[i].Store(true)
-		promises[i] = func(_ *client.Record, err error) {
-			if err != nil {
-				failed.Add(1)
-			}
-			done[i].Store(true)
-		}
-	}
+	ring := newRecordRing(1 << 17)
 	// The topic's metadata is loaded before timing starts.
 	if err := p.ProduceSync(ctx, client.NewRecord("bench", nil, value)); err != nil {
 		b.Fatal(err)
@@ -54,17 +41,12 @@ func BenchmarkProduceKeyless(b *testing.B) {
 		if i%64 == 0 {
 			stamp = time.Now()
 		}
-		slot := i % len(recs)
-		if !done[slot].Load() {
-			p.Flush(ctx)
-		}
-		done[slot].Store(false)
-		r := &recs[slot]
+		r, promise := ring.next(ctx, p, i)
 		*r = client.Record{Topic: "bench", Partition: -1, Value: value, Timestamp: stamp}
-		p.Produce(ctx, r, promises[slot])
+		p.Produce(ctx, r, promise)
 	}
-	if err := p.Flush(ctx); err != nil || failed.Load() > 0 {
-		b.Fatalf("flush %v, %d failed", err, failed.Load())
+	if err := p.Flush(ctx); err != nil || ring.failed.Load() > 0 {
+		b.Fatalf("flush %v, %d failed", err, ring.failed.Load())
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
