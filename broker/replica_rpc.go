@@ -163,7 +163,7 @@ func (b *Broker) replicaOf(t *meta.Topic, p int32, acksAll bool) (*replica, erro
 	if r == nil {
 		return nil, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "%s-%d: leadership not taken up here yet", t.Name, p)
 	}
-	if !b.repl.leads(plog.PartitionID{TopicNum: t.Num, Partition: p}, t.Assignment[p].LeaderEpoch) {
+	if !r.leadsAt(t.Assignment[p].LeaderEpoch) {
 		return nil, rerr.New(runnelv1.ErrorCode_LEADER_NOT_AVAILABLE, "%s-%d: leadership at epoch %d not taken up here yet", t.Name, p, t.Assignment[p].LeaderEpoch)
 	}
 	if acksAll {

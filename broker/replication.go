@@ -55,9 +55,11 @@ func (rm *replication) get(id plog.PartitionID) *replica {
 // truncation for the previous epoch may still cut the log.
 func (rm *replication) leads(id plog.PartitionID, epoch int32) bool {
 	r := rm.get(id)
-	if r == nil {
-		return false
-	}
+	return r != nil && r.leadsAt(epoch)
+}
+
+// leadsAt reports whether r has taken up the leadership at epoch (rm.leads).
+func (r *replica) leadsAt(epoch int32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.leader && r.epoch == epoch
