@@ -74,6 +74,10 @@ type Config struct {
 	IndexCacheBytes int64
 	// ValueLogGCInterval is how often Badger's value-log GC reclaims space freed by retention (default 1m).
 	ValueLogGCInterval time.Duration
+	// PageCacheWindow is how many bytes of the newest value log stay in the page cache; older pages are
+	// dropped once written to disk (plog.Options.PageCacheWindow: 0 takes its default, 256 MiB; < 0
+	// keeps everything).
+	PageCacheWindow int64
 	// ShutdownTimeout bounds the graceful stop of the gRPC server before open calls are cut (default 10s).
 	ShutdownTimeout time.Duration
 	// Groups configures the consumer group coordinator (heartbeat interval, session timeout bounds, group
@@ -214,6 +218,7 @@ func (c Config) storeOptions() plog.Options {
 	o.BlockCacheSize = c.BlockCacheBytes
 	o.IndexCacheSize = c.IndexCacheBytes
 	o.GCInterval = c.ValueLogGCInterval
+	o.PageCacheWindow = c.PageCacheWindow
 	return o
 }
 

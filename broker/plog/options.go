@@ -21,6 +21,7 @@ const (
 	DefaultIndexCacheSize   = 16 << 20  // bytes of cached table indexes and bloom filters
 	DefaultValueLogFileSize = 256 << 20 // bytes per value-log file, the unit value-log GC reclaims
 	DefaultGCInterval       = time.Minute
+	DefaultPageCacheWindow  = 256 << 20 // bytes of the newest value log kept in the page cache (see Options.PageCacheWindow)
 )
 
 // valueThreshold is the value size (bytes) from which Badger stores a value in the value log instead of
@@ -50,6 +51,12 @@ type Options struct {
 	// check). Badger writes its value log through a memory map, so a full disk would otherwise end the
 	// process with SIGBUS instead of an error.
 	MinFreeBytes int64
+	// PageCacheWindow is how many bytes of the newest value log (the active file and the ones before
+	// it) the store keeps in the page cache; pages further behind the write position are dropped once
+	// they are clean (written to disk), so reads of them go to the disk. 0 takes
+	// DefaultPageCacheWindow; < 0 keeps everything and leaves eviction to the kernel. Linux only
+	// (elsewhere nothing is dropped); see pagecache.go for why.
+	PageCacheWindow int64
 }
 
 // DefaultMinFreeBytes is Options.MinFreeBytes's default.
@@ -66,6 +73,7 @@ func DefaultOptions(dir string) Options {
 		ValueLogFileSize: DefaultValueLogFileSize,
 		Fsync:            true,
 		GCInterval:       DefaultGCInterval,
+		PageCacheWindow:  DefaultPageCacheWindow,
 	}
 }
 
@@ -91,6 +99,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.GCInterval == 0 {
 		o.GCInterval = DefaultGCInterval
+	}
+	if o.PageCacheWindow == 0 {
+		o.PageCacheWindow = DefaultPageCacheWindow
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -39,7 +39,8 @@ const (
 // errNoPrefetch is returned where the system has no way to ask for pages ahead (not Linux).
 var errNoPrefetch = errors.New("page-cache prefetch not supported on this system")
 
-// vlogPrefetcher is the prefetcher's state; only the prefetch goroutine uses it. Without fsync it also
+// vlogPrefetcher is the prefetcher's state; only the prefetch goroutine uses it. It also drops the pages
+// more than the window behind the written end (dropBehind, pagecache.go), and without fsync it
 // starts the writebacks of the active value log (writebackBytes).
 type vlogPrefetcher struct {
 	dir      string
@@ -48,10 +49,18 @@ type vlogPrefetcher struct {
 	// nothing is left dirty for long.
 	writeback func(f *prefetchFile, off, n int64) error
 
-	f      *prefetchFile // the active value-log file; nil before the first step
-	fid    uint64
-	ahead  int64 // offset of f up to which pages were asked for
-	wbDone int64 // offset of f up to which a writeback was started
+	// window is how many bytes of the newest value log stay in the page cache (Options.PageCacheWindow,
+	// pagecache.go); 0: nothing is dropped.
+	window int64
+
+	f       *prefetchFile // the active value-log file; nil before the first step
+	fid     uint64
+	path    string // f's path
+	ahead   int64  // offset of f up to which pages were asked for
+	wbDone  int64  // offset of f up to which a writeback was started
+	dropped int64  // offset of f up to which pages were dropped
+	// behind are the files before f whose pages are not all dropped yet, oldest first.
+	behind []retainedFile
 }
 
 // writebackError is a failed writeback: the kernel may have dropped pages it could not write
@@ -62,47 +71,56 @@ type writebackError struct{ err error }
 func (e *writebackError) Error() string { return e.err.Error() }
 func (e *writebackError) Unwrap() error { return e.err }
 
+// stepResult is what a step did: bytes asked for ahead, whether a writeback started, bytes dropped
+// behind (pagecache.go), and why dropping failed (reported, never fatal).
+type stepResult struct {
+	asked, dropped int64
+	wrote          bool
+	dropErr        error
+}
+
 // step starts a writeback of the active value-log file when writebackBytes or more were written
-// since the last one (up to writebackLag short of the end), then asks for the pages of the file from
-// the end of its written data to prefetchWindow past it, and returns how many bytes it asked for and
-// whether it started a writeback. Near the end of a file (within a window of fileSize) it looks for
-// the next one, which Badger creates when it rotates, and moves to it. Errors are the system's (the
-// directory cannot be read, a file cannot be opened or mapped, populating failed, or errNoPrefetch),
-// which the caller only reports, since nothing depends on a prefetch; or a *writebackError, which
-// fails the store.
-func (p *vlogPrefetcher) step() (int64, bool, error) {
+// since the last one (up to writebackLag short of the end), drops the pages more than the window
+// behind the end (dropBehind), then asks for the pages of the file from the end of its written data to
+// prefetchWindow past it. Near the end of a file (within a window of fileSize) it looks for the next
+// one, which Badger creates when it rotates, and moves to it. Errors are the system's (the directory
+// cannot be read, a file cannot be opened or mapped, populating failed, or errNoPrefetch), which the
+// caller only reports, since nothing depends on a prefetch; or a *writebackError, which fails the
+// store.
+func (p *vlogPrefetcher) step() (stepResult, error) {
+	var res stepResult
 	if p.f == nil || p.ahead+prefetchWindow > p.fileSize {
 		if err := p.findActive(); err != nil {
-			return 0, false, err
+			return res, err
 		}
 		if p.f == nil {
-			return 0, false, nil // Badger has not created a value-log file yet
+			return res, nil // Badger has not created a value-log file yet
 		}
 	}
 	end, err := p.f.dataEnd()
 	if err != nil {
-		return 0, false, fmt.Errorf("find the written end of value log %d: %w", p.fid, err)
+		return res, fmt.Errorf("find the written end of value log %d: %w", p.fid, err)
 	}
-	wrote := false
 	if upto := end - writebackLag; p.writeback != nil && upto-p.wbDone >= writebackBytes {
 		if err := p.writeback(p.f, p.wbDone, upto-p.wbDone); err != nil {
-			return 0, false, &writebackError{fmt.Errorf("write back value log %d from %d to %d: %w", p.fid, p.wbDone, upto, err)}
+			return res, &writebackError{fmt.Errorf("write back value log %d from %d to %d: %w", p.fid, p.wbDone, upto, err)}
 		}
-		p.wbDone, wrote = upto, true
+		p.wbDone, res.wrote = upto, true
 	}
+	// Dropped before the prefetch, so the pages the prefetch faults in are the ones just freed.
+	res.dropped, res.dropErr = p.dropBehind(end)
 	// The mapping Badger writes through is twice fileSize long; a write never goes past it.
 	limit := min(end+prefetchWindow, 2*p.fileSize)
 	start := max(p.ahead, end)
-	var asked int64
 	for off := start; off < limit; off += prefetchChunk {
 		n := min(int64(prefetchChunk), limit-off)
 		if err := p.f.populate(off, n); err != nil {
-			return asked, wrote, fmt.Errorf("prefetch value log %d at %d: %w", p.fid, off, err)
+			return res, fmt.Errorf("prefetch value log %d at %d: %w", p.fid, off, err)
 		}
-		asked += n
+		res.asked += n
 		p.ahead = off + n
 	}
-	return asked, wrote, nil
+	return res, nil
 }
 
 // findActive moves to the newest value-log file if there is a newer one than f.
@@ -121,12 +139,24 @@ func (p *vlogPrefetcher) findActive() error {
 	if !found || (p.f != nil && newest <= p.fid) {
 		return nil
 	}
-	f, err := openPrefetchFile(filepath.Join(p.dir, vlogName(newest)), 2*p.fileSize)
+	path := filepath.Join(p.dir, vlogName(newest))
+	f, err := openPrefetchFile(path, 2*p.fileSize)
 	if err != nil {
 		return fmt.Errorf("open value log %d for prefetch: %w", newest, err)
 	}
+	if p.f != nil && p.window > 0 {
+		// Badger truncated the file it left to its written length before it created the next one; the
+		// pages it had past that are gone with the truncation.
+		end := p.ahead
+		if fi, err := os.Stat(p.path); err == nil {
+			end = fi.Size()
+		}
+		if end > p.dropped {
+			p.behind = append(p.behind, retainedFile{path: p.path, dropped: p.dropped, end: end})
+		}
+	}
 	p.close()
-	p.f, p.fid, p.ahead, p.wbDone = f, newest, 0, 0
+	p.f, p.fid, p.path, p.ahead, p.wbDone, p.dropped = f, newest, path, 0, 0, 0
 	return nil
 }
 
@@ -180,24 +210,42 @@ func vlogName(fid uint64) string { return fmt.Sprintf("%06d.vlog", fid) }
 // run, at debug level: the writer then takes the faults itself, as it would without the prefetcher.
 func (s *Store) prefetchLoop() {
 	defer close(s.prefetchDone)
-	p := &vlogPrefetcher{dir: s.opts.Dir, fileSize: s.opts.ValueLogFileSize}
+	p := &vlogPrefetcher{dir: s.opts.Dir, fileSize: s.opts.ValueLogFileSize, window: max(s.opts.PageCacheWindow, 0)}
+	// The drops find Badger's mappings in /proc/self/maps by path, which the kernel gives absolute and
+	// with symbolic links resolved.
+	if dir, err := filepath.Abs(p.dir); err == nil {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = real
+		}
+		p.dir = dir
+	}
 	if !s.opts.Fsync {
 		// Read at each call, not here: a test sets writebackFn after Open, before its first append
 		// (which wakes this goroutine).
 		p.writeback = func(f *prefetchFile, off, n int64) error { return s.writebackFn(f, off, n) }
 	}
 	defer p.close()
-	var lastErr string
+	var lastErr, lastDropErr string
 	for {
 		select {
 		case <-s.stopPrefetch:
 			return
 		case <-s.prefetchWake:
 		}
-		n, wrote, err := p.step()
-		s.prefetched.Add(n)
-		if wrote {
+		res, err := p.step()
+		s.prefetched.Add(res.asked)
+		s.pageCacheDropped.Add(res.dropped)
+		if res.wrote {
 			s.writebacks.Add(1)
+		}
+		if res.dropErr != nil {
+			if errors.Is(res.dropErr, errNoDrop) {
+				p.window, p.behind = 0, nil
+			}
+			if res.dropErr.Error() != lastDropErr {
+				s.log.Debug("value-log page drop failed; those pages stay cached", "dir", s.opts.Dir, "err", res.dropErr)
+			}
+			lastDropErr = res.dropErr.Error()
 		}
 		if err != nil {
 			if wbErr := (*writebackError)(nil); errors.As(err, &wbErr) {

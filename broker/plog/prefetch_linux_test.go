@@ -81,7 +81,8 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 
 	p := &vlogPrefetcher{dir: dir, fileSize: size}
 	defer p.close()
-	n, _, err := p.step()
+	res, err := p.step()
+	n := res.asked
 	if err != nil {
 		t.Fatalf("step: %v", err)
 	}
@@ -94,7 +95,8 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 	if c, pages := cachedPages(t, path, probeOff, probeLen); c != pages {
 		t.Fatalf("%d of %d pages of the window cached after a step", c, pages)
 	}
-	if n, _, err := p.step(); err != nil || n != 0 {
+	if res, err := p.step(); err != nil || res.asked != 0 {
+		n := res.asked
 		t.Fatalf("a second step with nothing written asked for %d bytes (err %v), want none", n, err)
 	}
 	got, err := os.ReadFile(path)
@@ -121,11 +123,11 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if _, _, err := p.step(); err != nil {
+	if _, err := p.step(); err != nil {
 		t.Fatalf("step at the end of a file: %v", err)
 	}
 	next := sparseVlog(t, dir, 3, size, 1<<20)
-	if _, _, err := p.step(); err != nil {
+	if _, err := p.step(); err != nil {
 		t.Fatalf("step after the rotation: %v", err)
 	}
 	if p.fid != 3 {
@@ -139,8 +141,8 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 // TestPrefetcherWithoutValueLog: before Badger created a value-log file a step does nothing.
 func TestPrefetcherWithoutValueLog(t *testing.T) {
 	p := &vlogPrefetcher{dir: t.TempDir(), fileSize: 1 << 20}
-	if n, _, err := p.step(); err != nil || n != 0 || p.f != nil {
-		t.Fatalf("step in an empty directory: %d bytes, err %v", n, err)
+	if res, err := p.step(); err != nil || res.asked != 0 || p.f != nil {
+		t.Fatalf("step in an empty directory: %d bytes, err %v", res.asked, err)
 	}
 }
 

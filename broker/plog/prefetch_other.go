@@ -10,3 +10,5 @@ func (*prefetchFile) dataEnd() (int64, error)               { return 0, errNoPre
 func (*prefetchFile) populate(int64, int64) error           { return errNoPrefetch }
 func (*prefetchFile) writeback(int64, int64) error          { return errNoPrefetch }
 func (*prefetchFile) close()                                {}
+
+func dropPages(string, *prefetchFile, int64, int64) error { return errNoDrop }

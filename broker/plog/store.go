@@ -92,6 +92,8 @@ type Store struct {
 	// value log the prefetcher asked the kernel to read ahead (see prefetch.go).
 	unprefetched int64
 	prefetched   atomic.Int64
+	// Bytes of value log the prefetcher asked the kernel to drop from the page cache (pagecache.go).
+	pageCacheDropped atomic.Int64
 
 	stopWriter, writerDone chan struct{}
 	stopSyncer, syncerDone chan struct{}

@@ -39,6 +39,7 @@ the machine (not just the process) crashes.`
 type nodeFlags struct {
 	cfg       platform.Config
 	noFsync   bool
+	cacheWin  string
 	logFormat string
 	logLevel  string
 }
@@ -50,6 +51,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cfg.RaftAddr, "raft-addr", f.cfg.RaftAddr, "host:port of the controller quorum's raft transport")
 	fs.StringVar(&f.cfg.SerfAddr, "serf-addr", f.cfg.SerfAddr, "host:port of serf gossip, UDP and TCP (empty: no gossip, single node only)")
 	fs.BoolVar(&f.noFsync, "no-fsync", false, "acknowledge acks=all writes without waiting for fsync")
+	fs.StringVar(&f.cacheWin, "page-cache-window", "256MiB", "how much of the newest log stays in the page cache; older pages are dropped once on disk, so the kernel reuses their memory (a size such as 256MiB or 2GiB, at least 16MiB; unlimited: leave eviction to the kernel)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug, info, warn or error")
 }
@@ -154,6 +156,11 @@ func runNode(cmd *cobra.Command, name string, f *nodeFlags) error {
 	if f.noFsync {
 		cfg.Fsync = false
 	}
+	win, err := parsePageCacheWindow(f.cacheWin)
+	if err != nil {
+		return &usageError{err}
+	}
+	cfg.PageCacheWindow = win
 	if err := cfg.Validate(); err != nil {
 		return &usageError{err}
 	}

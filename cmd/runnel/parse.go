@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/runnel-io/runnel/client"
 	"github.com/runnel-io/runnel/client/batch"
@@ -162,4 +165,25 @@ func parseOutput(s string, allowed ...string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("-o %q: want %s", s, strings.Join(allowed, " or "))
+}
+
+// minPageCacheWindow is the least --page-cache-window takes: below it the node would drop pages that
+// consumers at the end of the log are about to read.
+const minPageCacheWindow = 16 << 20
+
+// parsePageCacheWindow parses --page-cache-window: a size (humanize.ParseBytes: "256MiB", "1GB",
+// "268435456") of at least minPageCacheWindow bytes, or "unlimited" (returned as -1, which keeps
+// everything cached).
+func parsePageCacheWindow(s string) (int64, error) {
+	if strings.EqualFold(s, "unlimited") {
+		return -1, nil
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("--page-cache-window %q: want a size such as 256MiB, or unlimited: %w", s, err)
+	}
+	if n < minPageCacheWindow || n > math.MaxInt64 {
+		return 0, fmt.Errorf("--page-cache-window %q: want at least 16MiB, or unlimited", s)
+	}
+	return int64(n), nil
 }

@@ -119,3 +119,17 @@ func TestBrokerList(t *testing.T) {
 		t.Fatalf("--brokers default does not come from RUNNEL_BROKERS: %+v", f)
 	}
 }
+
+func TestParsePageCacheWindow(t *testing.T) {
+	for in, want := range map[string]int64{"256MiB": 256 << 20, "1GB": 1e9, "16777216": 16 << 20, "2 GiB": 2 << 30,
+		"unlimited": -1, "Unlimited": -1} {
+		if got, err := parsePageCacheWindow(in); err != nil || got != want {
+			t.Errorf("parsePageCacheWindow(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "1MiB", "15MiB", "lots", "-5MiB", "99999999EiB"} {
+		if got, err := parsePageCacheWindow(in); err == nil {
+			t.Errorf("parsePageCacheWindow(%q) = %d; want an error", in, got)
+		}
+	}
+}
