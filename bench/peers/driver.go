@@ -25,7 +25,8 @@ type Driver interface {
 	Close() error
 }
 
-// Producer sends records asynchronously.
+// Producer sends records asynchronously. Send is called from one goroutine at a time (each of the
+// harness's producing goroutines has its own Producer); Flush and Close after the last Send.
 type Producer interface {
 	// Send hands over one record for partition (-1: no key, the producer picks, sticky for a while as
 	// Kafka's sticky partitioner does). It may block while the client applies back-pressure. key and

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +47,7 @@ type options struct {
 func main() {
 	var o options
 	reportOnly := flag.String("report-only", "", "only render the report from this results.json")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this harness process (its clients, not the servers) to this file")
 	flag.StringVar(&o.out, "out", "bench/out", "directory for the report, charts, results.json and the servers' data (-report-only writes next to its results.json instead)")
 	flag.StringVar(&o.runnelBin, "runnel", "bin/runnel", "the runnel binary (make build)")
 	flag.StringVar(&o.runnelVersion, "runnel-version", "", "how to name the runnel build in the report (default: the binary's path)")
@@ -102,7 +104,18 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fatal(fmt.Errorf("cpu profile: %w", err))
+		}
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(ctx, o); err != nil {
+		pprof.StopCPUProfile()
 		fatal(err)
 	}
 }

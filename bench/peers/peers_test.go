@@ -1,7 +1,6 @@
 package main
 
 import (
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,7 +99,7 @@ func TestLoadFlightKeys(t *testing.T) {
 func TestSourceStampsValues(t *testing.T) {
 	src := newSource(&flightKeys{names: [][]byte{[]byte("ORD")}, seq: []uint16{0}})
 	w := report.Workload{Kind: report.KindLatency, Size: 100, Partitions: 12, Keys: true}
-	key, part, v := src.record(w, newRand(), 0, 0, timeUnix(42))
+	key, part, v := src.record(w, 0, 0, timeUnix(42))
 	if string(key) != "ORD" || part < 0 || part >= 12 || len(v) != 100 {
 		t.Fatalf("key %q part %d len %d", key, part, len(v))
 	}
@@ -108,12 +107,34 @@ func TestSourceStampsValues(t *testing.T) {
 		t.Fatalf("value does not start with the intended time: % x", v[:8])
 	}
 	w.Keys = false
-	key, part, v2 := src.record(w, newRand(), 1, 0, timeUnix(0).AddDate(0, 0, 0))
+	key, part, v2 := src.record(w, 1, 0, timeUnix(0).AddDate(0, 0, 0))
 	if key != nil || part != -1 || len(v2) != 100 {
 		t.Fatalf("keyless record: key %q part %d", key, part)
 	}
 }
 
-func newRand() *rand.Rand { return rand.New(rand.NewPCG(1, 1)) }
-
 func timeUnix(ns int64) time.Time { return time.Unix(0, ns) }
+
+// TestTallyClock: a coarse tally reads the clock for its first ack and every clockEvery-th, and gives
+// the acks between the last reading; an exact one reads it at every ack.
+func TestTallyClock(t *testing.T) {
+	tl := &tally{coarse: true}
+	first := tl.clock(1)
+	for n := int64(2); n < clockEvery; n++ {
+		if got := tl.clock(n); !got.Equal(first) {
+			t.Fatalf("ack %d read the clock again (%v, first %v)", n, got, first)
+		}
+	}
+	for !time.Now().After(first) {
+	}
+	if got := tl.clock(clockEvery); !got.After(first) {
+		t.Fatalf("ack %d kept the reading %v", clockEvery, got)
+	}
+	exact := &tally{}
+	a := exact.clock(1)
+	for !time.Now().After(a) {
+	}
+	if b := exact.clock(2); !b.After(a) {
+		t.Fatalf("an exact tally reused a reading: %v then %v", a, b)
+	}
+}
