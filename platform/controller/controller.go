@@ -232,6 +232,34 @@ func (c *Controller) propose(ctx context.Context, data []byte, forwarded bool) (
 	return resp, err
 }
 
+// proposeAsLeader writes cmd to the metadata log through this node's own leadership, and never
+// forwards it: the controller's own decisions (fencing a broker whose heartbeats stopped or that serf
+// reports gone, preferred leader elections, the cluster id, a heartbeat's unfencing) were taken from
+// this node's view as leader. A leader that lost the leadership meanwhile (paused, cut off) must not
+// have a stale decision applied by its successor: a leader resumed after a SIGSTOP found every broker's
+// heartbeat late on its own clock, and its fencing of a live broker, forwarded to the new leader, took
+// that broker out of every ISR while the only other replica was down, which left partitions without a
+// leader. KRaft's controller likewise writes its decisions only as the active controller. Errors:
+// NOT_CONTROLLER when this node does not lead (or lost the leadership before the entry committed),
+// the quorum's errors mapped by quorumErr, or the command's own error from the state machine.
+func (c *Controller) proposeAsLeader(ctx context.Context, cmd meta.Command) (*meta.Image, error) {
+	if !c.q.IsLeader() {
+		return nil, c.notController()
+	}
+	res, _, err := c.q.Propose(ctx, cmd.Encode())
+	if errors.Is(err, quorum.ErrNotLeader) {
+		return nil, c.notController()
+	}
+	if err != nil {
+		return nil, quorumErr(err)
+	}
+	img := c.fsm.Image()
+	if r, _ := res.(meta.Result); r.Err != nil {
+		return img, r.Err
+	}
+	return img, nil
+}
+
 // quorumErr maps the quorum's errors to catalogue errors.
 func quorumErr(err error) error {
 	switch {

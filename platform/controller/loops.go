@@ -73,7 +73,7 @@ func (c *Controller) takeOver() {
 	}
 	if c.fsm.Image().ClusterID == "" {
 		id := uuid.NewString()
-		if _, err := c.Propose(ctx, meta.Command{Type: meta.CmdInitCluster, ClusterID: id}); err != nil {
+		if _, err := c.proposeAsLeader(ctx, meta.Command{Type: meta.CmdInitCluster, ClusterID: id}); err != nil {
 			c.log.Warn("choosing the cluster id failed", "err", err)
 			return
 		}
@@ -112,7 +112,7 @@ func (c *Controller) electPreferred() {
 	}
 	ctx, cancel := c.ctx(5 * time.Second)
 	defer cancel()
-	if _, err := c.Propose(ctx, meta.Command{Type: meta.CmdElectPreferredLeaders}); err != nil {
+	if _, err := c.proposeAsLeader(ctx, meta.Command{Type: meta.CmdElectPreferredLeaders}); err != nil {
 		c.log.Warn("preferred leader election failed", "err", err)
 		return
 	}
@@ -148,7 +148,7 @@ func (c *Controller) fence(id int32, reason string) {
 	}
 	ctx, cancel := c.ctx(5 * time.Second)
 	defer cancel()
-	if _, err := c.Propose(ctx, meta.Command{Type: meta.CmdFenceBroker, BrokerID: id, BrokerEpoch: b.Epoch, Reason: reason}); err != nil {
+	if _, err := c.proposeAsLeader(ctx, meta.Command{Type: meta.CmdFenceBroker, BrokerID: id, BrokerEpoch: b.Epoch, Reason: reason}); err != nil {
 		c.log.Warn("fencing a broker failed", "broker", id, "reason", reason, "err", err)
 		return
 	}

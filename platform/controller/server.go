@@ -169,7 +169,7 @@ func (c *Controller) handleHeartbeat(ctx context.Context, req *runnelv1.BrokerHe
 	c.ensureRaftMember(ctx, b)
 	if req.WantShutdown {
 		if !b.Fenced {
-			if _, err := c.Propose(ctx, meta.Command{Type: meta.CmdFenceBroker, BrokerID: b.ID, BrokerEpoch: b.Epoch, Reason: "controlled shutdown"}); err != nil {
+			if _, err := c.proposeAsLeader(ctx, meta.Command{Type: meta.CmdFenceBroker, BrokerID: b.ID, BrokerEpoch: b.Epoch, Reason: "controlled shutdown"}); err != nil {
 				return nil, err
 			}
 			c.log.Info("broker fenced", "broker", b.ID, "reason", "controlled shutdown")
@@ -177,7 +177,7 @@ func (c *Controller) handleHeartbeat(ctx context.Context, req *runnelv1.BrokerHe
 		return &runnelv1.BrokerHeartbeatResponse{Fenced: true, ShutdownOk: true}, nil
 	}
 	if b.Fenced && req.MetadataOffset >= b.Epoch {
-		img, err := c.Propose(ctx, meta.Command{Type: meta.CmdUnfenceBroker, BrokerID: b.ID, BrokerEpoch: b.Epoch})
+		img, err := c.proposeAsLeader(ctx, meta.Command{Type: meta.CmdUnfenceBroker, BrokerID: b.ID, BrokerEpoch: b.Epoch})
 		if err != nil {
 			return nil, err
 		}
