@@ -25,6 +25,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -274,10 +275,15 @@ func run(ctx context.Context, o options) error {
 	}
 	res.Machine = machineInfo(work)
 	logf("machine: %d CPUs, %.0f GiB, %s; load %s", res.Machine.CPUs, res.Machine.MemoryGB, res.Machine.Kernel, res.Machine.LoadAvg)
-	logf("loading keys from %s", o.data)
-	keys, err := loadFlightKeys(o.data, 1_000_000)
-	if err != nil {
-		return fmt.Errorf("flight data (keys): %w", err)
+	// The flight data is read only when a selected workload has keys, so a keyless subset runs
+	// without it.
+	var keys *flightKeys
+	produce, consume, lat := matrix(o.full, o.loadFraction)
+	if slices.ContainsFunc(slices.Concat(produce, consume, lat), func(w report.Workload) bool { return w.Keys && selected(o, w) }) {
+		logf("loading keys from %s", o.data)
+		if keys, err = loadFlightKeys(o.data, 1_000_000); err != nil {
+			return fmt.Errorf("flight data (keys, -data): %w", err)
+		}
 	}
 	src := newSource(keys)
 
@@ -298,7 +304,6 @@ func run(ctx context.Context, o options) error {
 		logf("  %-28s %8.1f MB/s", c.Name, c.MBPerSec)
 	}
 
-	produce, consume, lat := matrix(o.full, o.loadFraction)
 	families := map[string]bool{}
 	for _, f := range strings.Split(o.systems, ",") {
 		if f = strings.TrimSpace(f); f != "" {

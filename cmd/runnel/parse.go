@@ -179,8 +179,8 @@ func parsePageCacheWindow(s string) (int64, error) {
 		return -1, nil
 	}
 	n, err := humanize.ParseBytes(s)
-	if err != nil {
-		return 0, fmt.Errorf("--page-cache-window %q: want a size such as 256MiB, or unlimited: %w", s, err)
+	if err != nil { // humanize's own message names its internals, not the flag
+		return 0, fmt.Errorf("--page-cache-window %q: want a size such as 256MiB or 2GiB, or unlimited", s)
 	}
 	if n < minPageCacheWindow || n > math.MaxInt64 {
 		return 0, fmt.Errorf("--page-cache-window %q: want at least 16MiB, or unlimited", s)
