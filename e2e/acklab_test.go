@@ -33,10 +33,15 @@ func TestAcknowledgementLab(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, "lab", 8, 3, nil); err != nil {
 		t.Fatal(err)
 	}
-	d, err := adm.DescribeTopic(ctx, "lab")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The admin client may ask another node than the one that created the topic (after a retriable
+	// failure it moves on), and the metadata reaches each node on its own schedule: wait for it, as
+	// Kafka's tests wait for a new topic's metadata.
+	var d *client.TopicDescription
+	waitFor(t, 10*time.Second, "the topic in the metadata", func() error {
+		var err error
+		d, err = adm.DescribeTopic(ctx, "lab")
+		return err
+	})
 	var parts []int32
 	for _, p := range d.Partitions {
 		if !slices.Contains(p.Replicas, 1) {
@@ -100,6 +105,7 @@ func TestAcknowledgementLab(t *testing.T) {
 			return nil
 		})
 		waitFor(t, 10*time.Second, "describe the new lab topic", func() error {
+			var err error
 			d, err = adm.DescribeTopic(ctx, "lab")
 			return err
 		})
