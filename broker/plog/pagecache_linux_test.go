@@ -14,10 +14,10 @@ import (
 	"github.com/runnel-io/runnel/client/batch"
 )
 
-// badgerLikeVlog makes a value-log file as Badger does (sparse, twice size long, mapped shared and
-// writable) and writes written bytes of pattern seed through the mapping, then fsyncs; it returns the
-// path and the mapping, which stays mapped until the test ends, as Badger's does.
-func badgerLikeVlog(t *testing.T, dir string, fid uint64, size, written int64, seed byte) (string, []byte) {
+// mappedVlog makes a value-log file as Badger does (sparse, twice size long, mapped shared and
+// writable), writes its first written bytes through the mapping (byte i holds fill(i)) and fsyncs;
+// it returns the path and the mapping, which stays mapped until the test ends, as Badger's does.
+func mappedVlog(t *testing.T, dir string, fid uint64, size, written int64, fill func(int64) byte) (string, []byte) {
 	t.Helper()
 	path := filepath.Join(dir, vlogName(fid))
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
@@ -34,12 +34,19 @@ func badgerLikeVlog(t *testing.T, dir string, fid uint64, size, written int64, s
 	}
 	t.Cleanup(func() { unix.Munmap(m) })
 	for i := range written {
-		m[i] = byte(i>>12) + seed
+		m[i] = fill(i)
 	}
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
 	return path, m
+}
+
+// badgerLikeVlog is mappedVlog with a pattern of seed: byte i holds byte(i>>12)+seed, so every page
+// differs from its neighbours and from the other files'.
+func badgerLikeVlog(t *testing.T, dir string, fid uint64, size, written int64, seed byte) (string, []byte) {
+	t.Helper()
+	return mappedVlog(t, dir, fid, size, written, func(i int64) byte { return byte(i>>12) + seed })
 }
 
 // checkPattern fails unless the first n bytes of path hold badgerLikeVlog's pattern for seed.

@@ -41,26 +41,10 @@ func cachedPages(t *testing.T, path string, off, n int64) (cached, pages int) {
 }
 
 // sparseVlog makes a file as Badger makes an active value-log file: sparse, twice size long, written
-// at the start through a shared mapping; it returns the file's path.
+// at the start through a shared mapping (byte i holds byte(i)); it returns the file's path.
 func sparseVlog(t *testing.T, dir string, fid uint64, size, written int64) string {
 	t.Helper()
-	path := filepath.Join(dir, vlogName(fid))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(2 * size); err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(2*size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	for i := range written {
-		m[i] = byte(i)
-	}
+	path, _ := mappedVlog(t, dir, fid, size, written, func(i int64) byte { return byte(i) })
 	return path
 }
 
