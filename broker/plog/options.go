@@ -52,8 +52,9 @@ type Options struct {
 	// process with SIGBUS instead of an error.
 	MinFreeBytes int64
 	// PageCacheWindow is how many bytes of the newest value log (the active file and the ones before
-	// it) the store keeps in the page cache; pages further behind the write position are dropped once
-	// they are clean (written to disk), so reads of them go to the disk. 0 takes
+	// it) writes leave in the page cache; pages further behind the write position are dropped once
+	// they are clean (written to disk), so reads of them go to the disk (and stay cached as any read's
+	// until the kernel needs the memory). 0 takes
 	// DefaultPageCacheWindow; < 0 keeps everything and leaves eviction to the kernel. Linux only
 	// (elsewhere nothing is dropped); see pagecache.go for why.
 	PageCacheWindow int64

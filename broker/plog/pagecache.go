@@ -17,10 +17,11 @@ import (
 // The prefetch goroutine therefore also drops what lies more than Options.PageCacheWindow behind the
 // write position, once it is clean: the kernel puts those pages back on its free lists, and the pages
 // it allocates for the next writes (and for the prefetcher's read-ahead) are then the ones just freed,
-// which the host still backs. The page cache holds the newest PageCacheWindow bytes of the log, where
+// which the host still backs. Writes leave the newest PageCacheWindow bytes of the log cached, where
 // tailing consumers and followers read; a consumer further behind reads from the disk, as it would on
-// a node whose page cache is full. Dropping never changes what is stored: a dropped page is read back
-// from the file when it is next touched.
+// a node whose page cache is full, and what it reads stays cached as any file read does until the
+// kernel needs the memory (only what was written is dropped). Dropping never changes what is stored:
+// a dropped page is read back from the file when it is next touched.
 //
 // Badger's mapping is not ours to unmap, so the drop (dropPages) asks the kernel to reclaim the range of
 // Badger's mapping (madvise MADV_PAGEOUT, found by the file's name in /proc/self/maps), which evicts
@@ -47,7 +48,7 @@ var errNoDrop = errors.New("dropping value-log pages is not supported on this sy
 type retainedFile struct {
 	path    string
 	dropped int64 // offset up to which its pages were dropped
-	end     int64 // offset up to which pages may be cached: the written data and the prefetched pages past it
+	end     int64 // its length: Badger truncates the file it leaves to its written data
 }
 
 // dropBehind drops the pages of the value log more than p.window bytes behind end, the active file's

@@ -8,6 +8,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dustin/go-humanize"
+
+	"github.com/runnel-io/runnel/broker/plog"
 	"github.com/runnel-io/runnel/platform"
 	"github.com/runnel-io/runnel/platform/membership"
 	"github.com/runnel-io/runnel/platform/netmap"
@@ -51,7 +54,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cfg.RaftAddr, "raft-addr", f.cfg.RaftAddr, "host:port of the controller quorum's raft transport")
 	fs.StringVar(&f.cfg.SerfAddr, "serf-addr", f.cfg.SerfAddr, "host:port of serf gossip, UDP and TCP (empty: no gossip, single node only)")
 	fs.BoolVar(&f.noFsync, "no-fsync", false, "acknowledge acks=all writes without waiting for fsync")
-	fs.StringVar(&f.cacheWin, "page-cache-window", "256MiB", "how much of the newest log stays in the page cache; older pages are dropped once on disk, so the kernel reuses their memory (a size such as 256MiB or 2GiB, at least 16MiB; unlimited: leave eviction to the kernel)")
+	fs.StringVar(&f.cacheWin, "page-cache-window", humanize.IBytes(plog.DefaultPageCacheWindow), "how much of the newest log stays in the page cache; older pages are dropped once on disk, so the kernel reuses their memory (a size such as 256MiB or 2GiB, at least 16MiB; unlimited: leave eviction to the kernel)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug, info, warn or error")
 }

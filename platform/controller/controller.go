@@ -152,14 +152,7 @@ func (c *Controller) Propose(ctx context.Context, cmd meta.Command) (*meta.Image
 	for attempt := 0; ; attempt++ {
 		resp, err := c.propose(ctx, data, false)
 		if err == nil {
-			img, werr := c.fsm.WaitFor(ctx, resp.Offset)
-			if werr != nil {
-				return nil, rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "metadata write committed at offset %d but not applied here yet: %v", resp.Offset, werr)
-			}
-			if e := rerr.FromInfo(resp.Error); e != nil {
-				return img, e
-			}
-			return img, nil
+			return c.applied(ctx, resp)
 		}
 		last = err
 		if !retriable(err) {
@@ -232,6 +225,19 @@ func (c *Controller) propose(ctx context.Context, data []byte, forwarded bool) (
 	return resp, err
 }
 
+// applied waits until this node has applied the committed write resp answers, and returns its image
+// and the command's own error.
+func (c *Controller) applied(ctx context.Context, resp *runnelv1.ProposeResponse) (*meta.Image, error) {
+	img, err := c.fsm.WaitFor(ctx, resp.Offset)
+	if err != nil {
+		return nil, rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "metadata write committed at offset %d but not applied here yet: %v", resp.Offset, err)
+	}
+	if e := rerr.FromInfo(resp.Error); e != nil {
+		return img, e
+	}
+	return img, nil
+}
+
 // proposeAsLeader writes cmd to the metadata log through this node's own leadership, and never
 // forwards it: the controller's own decisions (fencing a broker whose heartbeats stopped or that serf
 // reports gone, preferred leader elections, the cluster id, a heartbeat's unfencing) were taken from
@@ -243,21 +249,11 @@ func (c *Controller) propose(ctx context.Context, data []byte, forwarded bool) (
 // NOT_CONTROLLER when this node does not lead (or lost the leadership before the entry committed),
 // the quorum's errors mapped by quorumErr, or the command's own error from the state machine.
 func (c *Controller) proposeAsLeader(ctx context.Context, cmd meta.Command) (*meta.Image, error) {
-	if !c.q.IsLeader() {
-		return nil, c.notController()
-	}
-	res, _, err := c.q.Propose(ctx, cmd.Encode())
-	if errors.Is(err, quorum.ErrNotLeader) {
-		return nil, c.notController()
-	}
+	resp, err := c.propose(ctx, cmd.Encode(), true) // as if forwarded here: never forwarded on
 	if err != nil {
-		return nil, quorumErr(err)
+		return nil, err
 	}
-	img := c.fsm.Image()
-	if r, _ := res.(meta.Result); r.Err != nil {
-		return img, r.Err
-	}
-	return img, nil
+	return c.applied(ctx, resp)
 }
 
 // quorumErr maps the quorum's errors to catalogue errors.
