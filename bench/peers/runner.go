@@ -56,7 +56,8 @@ func (t *tally) ack(intended time.Time, n int, err error) {
 			return // records refused after the window closed
 		}
 		if t.errs.Add(1) == 1 {
-			t.firstErr.Store(&err)
+			e := err // a copy, so that err itself does not escape: the success path then allocates nothing
+			t.firstErr.Store(&e)
 		}
 		return
 	}

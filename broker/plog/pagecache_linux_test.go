@@ -107,7 +107,10 @@ func TestPrefetcherDropsBehindWindow(t *testing.T) {
 	if want := int64(firstLen + 4<<20); res.dropped != want {
 		t.Fatalf("dropped %d bytes, want %d (file 1 and the first 4 MiB of file 2)", res.dropped, want)
 	}
-	if c, _ := cachedPages(t, first, 0, firstLen); c != 0 {
+	// The last page, which the truncation cut inside, is left out: the truncation zeroes its tail
+	// past the new end and so dirties it again, and a dirty page stays cached until its writeback,
+	// which the drop starts but does not wait for (1 run in 10 kept it).
+	if c, _ := cachedPages(t, first, 0, size); c != 0 {
 		t.Fatalf("%d pages of file 1 still cached", c)
 	}
 	if c, _ := cachedPages(t, second, 0, 4<<20); c != 0 {

@@ -88,10 +88,16 @@ type Store struct {
 	// set before the first append).
 	writebacks  atomic.Int64
 	writebackFn func(f *prefetchFile, off, n int64) error
+	// Likewise the syncs of a value-log file shortly before Badger rotates it (presyncMargin), and how
+	// one is made (prefetchFile.datasync, or a failure injected by tests).
+	presyncs  atomic.Int64
+	presyncFn func(f *prefetchFile) error
 	// Bytes written since the writer last woke the prefetcher (writer goroutine only), and bytes of
 	// value log the prefetcher asked the kernel to read ahead (see prefetch.go).
 	unprefetched int64
 	prefetched   atomic.Int64
+	// Steps the prefetch goroutine ran, so tests can wait for one.
+	prefetchSteps atomic.Int64
 	// Bytes of value log the prefetcher asked the kernel to drop from the page cache (pagecache.go).
 	pageCacheDropped atomic.Int64
 
@@ -112,6 +118,9 @@ func Open(opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
+	}
+	if err := removeUnstartedValueLogs(opts.Dir); err != nil {
+		return nil, fmt.Errorf("open partition store in %s: %w", opts.Dir, err)
 	}
 	db, err := badger.Open(opts.badgerOptions())
 	if err != nil {
@@ -138,6 +147,7 @@ func Open(opts Options) (*Store, error) {
 	}
 	s.syncFn = s.syncToDisk
 	s.writebackFn = (*prefetchFile).writeback
+	s.presyncFn = (*prefetchFile).datasync
 	s.now = time.Now
 	go s.writeLoop()
 	go s.syncLoop()

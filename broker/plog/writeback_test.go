@@ -93,10 +93,14 @@ func TestWritebackWithoutFsync(t *testing.T) {
 }
 
 // TestNoWritebackWithFsync: with Options.Fsync every group is fsynced before it is acknowledged, so
-// there is nothing left for a writeback to do.
+// there is nothing left for a writeback or a presync to do (the appends pass a rotation of the 8 MiB
+// value-log files).
 func TestNoWritebackWithFsync(t *testing.T) {
-	s := openStore(t, testOptions(t, true))
+	o := testOptions(t, true)
+	o.ValueLogFileSize = 8 << 20
+	s := openStore(t, o)
 	ranges := recordWritebacks(t, s)
+	syncs := recordPresyncs(t, s)
 	p := mustPartition(t, s, pid)
 	for i := range 4*writebackBytes/100_000 + writebackLag/100_000 + 1 {
 		mustAppend(t, p, sizedBatch(t, 100_000, int64(i)), AppendOptions{Sync: i%2 == 0, LogAppendTime: -1})
@@ -104,6 +108,9 @@ func TestNoWritebackWithFsync(t *testing.T) {
 	waitFor(t, 10*time.Second, "a prefetch", func() bool { return s.prefetched.Load() > 0 })
 	if n := len(ranges()); n != 0 || s.writebacks.Load() != 0 || s.fsyncs.Load() == 0 {
 		t.Fatalf("%d writebacks (counted %d), %d fsyncs with Options.Fsync", n, s.writebacks.Load(), s.fsyncs.Load())
+	}
+	if n := len(syncs()); n != 0 || s.presyncs.Load() != 0 {
+		t.Fatalf("%d presyncs (counted %d) with Options.Fsync, across a rotation", n, s.presyncs.Load())
 	}
 }
 
@@ -127,5 +134,117 @@ func TestWritebackFailureFailsStore(t *testing.T) {
 	}
 	if int64(i)*100_000 < writebackBytes {
 		t.Fatalf("the store failed after %d appends, before a writeback was due", i)
+	}
+}
+
+// presync is one sync of a value-log file before its rotation: the file and its written end then.
+type presync struct {
+	fid     uint64
+	dataEnd int64
+}
+
+// recordPresyncs makes s record its presyncs (and still make them).
+func recordPresyncs(t *testing.T, s *Store) func() []presync {
+	var mu sync.Mutex
+	var got []presync
+	s.presyncFn = func(f *prefetchFile) error {
+		end, err := f.dataEnd()
+		if err != nil {
+			t.Errorf("data end: %v", err)
+		}
+		var fid uint64
+		if fs, err := badgerLogFiles(s.opts.Dir); err == nil {
+			for _, lf := range fs {
+				if lf.vlog {
+					fid = max(fid, lf.fid)
+				}
+			}
+		}
+		mu.Lock()
+		got = append(got, presync{fid, end})
+		mu.Unlock()
+		return f.datasync()
+	}
+	return func() []presync {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]presync(nil), got...)
+	}
+}
+
+// appendPaced appends n batches of size bytes, waiting after every prefetchTrigger bytes until the
+// prefetch goroutine has stepped since the last wait (the writer woke it meanwhile, having written
+// as much), so that it sees every file near its end, as it does when the writer does not outrun it.
+func appendPaced(t *testing.T, s *Store, p *Partition, n, size int) {
+	t.Helper()
+	steps, since := s.prefetchSteps.Load(), 0
+	for i := range n {
+		mustAppend(t, p, sizedBatch(t, size, int64(i)), plainAppend)
+		if since += size; since >= prefetchTrigger {
+			waitFor(t, 10*time.Second, "a prefetch step", func() bool { return s.prefetchSteps.Load() > steps })
+			steps, since = s.prefetchSteps.Load(), 0
+		}
+	}
+}
+
+// TestPresyncBeforeRotation: without Options.Fsync the prefetcher syncs each value-log file once,
+// within presyncMargin of its rotation point, so Badger's msync when it leaves the file (on its write
+// path) finds little to write or commit; after the sync the writebacks go on from where it ended.
+func TestPresyncBeforeRotation(t *testing.T) {
+	o := testOptions(t, false)
+	o.ValueLogFileSize = 8 << 20
+	s := openStore(t, o)
+	syncs := recordPresyncs(t, s)
+	ranges := recordWritebacks(t, s)
+	p := mustPartition(t, s, pid)
+	const size = 100_000
+	n := int(3*o.ValueLogFileSize/size) + 10 // three rotations
+	appendPaced(t, s, p, n, size)
+	got := syncs()
+	if len(got) < 2 || s.presyncs.Load() != int64(len(got)) {
+		t.Fatalf("presyncs %+v (counted %d) over three value-log files: want one for each file rotated", got, s.presyncs.Load())
+	}
+	margin := presyncMargin(o.ValueLogFileSize)
+	for i, ps := range got {
+		if i > 0 && ps.fid <= got[i-1].fid {
+			t.Fatalf("presyncs %+v: a file synced twice", got)
+		}
+		if ps.dataEnd < o.ValueLogFileSize-margin {
+			t.Fatalf("presync of file %d at %d: want it within %d bytes of the rotation at %d", ps.fid, ps.dataEnd, margin, o.ValueLogFileSize)
+		}
+	}
+	// A writeback after a presync of the same file starts at or after the synced end.
+	for _, r := range ranges() {
+		for _, ps := range got {
+			if r.fid == ps.fid && r.off < ps.dataEnd && r.off+r.n > ps.dataEnd {
+				t.Fatalf("writeback %+v overlaps the presynced data of file %d up to %d", r, ps.fid, ps.dataEnd)
+			}
+		}
+	}
+	if got := readAll(t, p, 0); len(got) != n {
+		t.Fatalf("read %d batches of %d", len(got), n)
+	}
+}
+
+// TestPresyncFailureFailsStore: a failed presync is a failed fsync, as a failed writeback is.
+func TestPresyncFailureFailsStore(t *testing.T) {
+	o := testOptions(t, false)
+	o.ValueLogFileSize = 8 << 20
+	s := openStore(t, o)
+	s.presyncFn = func(*prefetchFile) error { return errors.New("injected EIO") }
+	p := mustPartition(t, s, pid)
+	i := 0
+	var err error
+	deadline := time.Now().Add(10 * time.Second)
+	for ; time.Now().Before(deadline); i++ {
+		if _, err = p.Append(context.Background(), sizedBatch(t, 100_000, int64(i)), plainAppend); err != nil {
+			break
+		}
+	}
+	if !isErr(err, rerr.ErrStorage) {
+		t.Fatalf("append %d after a failed presync: %v", i, err)
+	}
+	if int64(i)*100_000 < o.ValueLogFileSize-presyncMargin(o.ValueLogFileSize) {
+		t.Fatalf("the store failed after %d appends, before a presync was due", i)
 	}
 }
