@@ -25,17 +25,7 @@ func TestReopenAfterKillAtValueLogCreation(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	files, err := badgerLogFiles(o.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var newest uint64
-	for _, f := range files {
-		if f.vlog {
-			newest = max(newest, f.fid)
-		}
-	}
-	empty := filepath.Join(o.Dir, vlogName(newest+1))
+	empty := filepath.Join(o.Dir, vlogName(newestVlog(o.Dir)+1))
 	if err := os.WriteFile(empty, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}

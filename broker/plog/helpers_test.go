@@ -280,3 +280,16 @@ func closedWithin(ch <-chan struct{}, timeout time.Duration) bool {
 }
 
 func isErr(err, target error) bool { return errors.Is(err, target) }
+
+// newestVlog returns the highest value-log file number in dir: the active file (0 when it has none).
+func newestVlog(dir string) uint64 {
+	var fid uint64
+	if fs, err := badgerLogFiles(dir); err == nil {
+		for _, lf := range fs {
+			if lf.vlog {
+				fid = max(fid, lf.fid)
+			}
+		}
+	}
+	return fid
+}

@@ -30,14 +30,7 @@ func recordWritebacks(t *testing.T, s *Store) func() []wbRange {
 		if err != nil {
 			t.Errorf("data end: %v", err)
 		}
-		var fid uint64
-		if fs, err := badgerLogFiles(s.opts.Dir); err == nil {
-			for _, lf := range fs {
-				if lf.vlog {
-					fid = max(fid, lf.fid)
-				}
-			}
-		}
+		fid := newestVlog(s.opts.Dir)
 		mu.Lock()
 		got = append(got, wbRange{fid, off, n, end})
 		mu.Unlock()
@@ -152,14 +145,7 @@ func recordPresyncs(t *testing.T, s *Store) func() []presync {
 		if err != nil {
 			t.Errorf("data end: %v", err)
 		}
-		var fid uint64
-		if fs, err := badgerLogFiles(s.opts.Dir); err == nil {
-			for _, lf := range fs {
-				if lf.vlog {
-					fid = max(fid, lf.fid)
-				}
-			}
-		}
+		fid := newestVlog(s.opts.Dir)
 		mu.Lock()
 		got = append(got, presync{fid, end})
 		mu.Unlock()
