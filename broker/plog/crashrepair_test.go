@@ -1,15 +1,18 @@
 package plog
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
 // TestReopenAfterKillAtValueLogCreation: a value-log file of 0 bytes, what a kill between Badger's
 // creation of the file and its sizing leaves, no longer stops the store from opening; the empty file is
-// removed (Badger's open creates it anew), every batch written before is read back, and appends go on
-// past the next rotation.
+// removed (Badger's open creates it anew) with a warning naming it, every batch written before is read
+// back, and appends go on past the next rotation.
 func TestReopenAfterKillAtValueLogCreation(t *testing.T) {
 	o := testOptions(t, true)
 	o.ValueLogFileSize = 1 << 20
@@ -30,7 +33,12 @@ func TestReopenAfterKillAtValueLogCreation(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	var logged bytes.Buffer
+	o.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s = openStore(t, o)
+	if !strings.Contains(logged.String(), "deleted an empty value-log file") || !strings.Contains(logged.String(), empty) {
+		t.Fatalf("the open did not log the deletion of %s; log:\n%s", empty, logged.String())
+	}
 	// Badger's open creates its next value log anew, under the same name.
 	if fi, err := os.Stat(empty); err == nil && fi.Size() == 0 {
 		t.Fatalf("the empty value log %s is still empty after the open", empty)

@@ -119,7 +119,11 @@ func Open(opts Options) (*Store, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if err := removeUnstartedValueLogs(opts.Dir); err != nil {
+	removed, err := removeUnstartedValueLogs(opts.Dir)
+	for _, path := range removed {
+		opts.Logger.Warn("deleted an empty value-log file a crash left (it held nothing)", "path", path)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("open partition store in %s: %w", opts.Dir, err)
 	}
 	db, err := badger.Open(opts.badgerOptions())
