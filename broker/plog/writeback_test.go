@@ -21,16 +21,34 @@ type wbRange struct {
 	dataEnd int64 // the file's written end when it started
 }
 
+// vlogPosition returns the active value-log file of s (the one f is) and f's written end.
+func vlogPosition(t *testing.T, s *Store, f *prefetchFile) (fid uint64, end int64) {
+	end, err := f.dataEnd()
+	if err != nil {
+		t.Errorf("data end: %v", err)
+	}
+	return newestVlog(s.opts.Dir), end
+}
+
+// appendUntilFailure appends 100,000-byte batches to p until one fails or 10 s pass, and returns how
+// many succeeded and the error that ended it (nil when none failed).
+func appendUntilFailure(t *testing.T, p *Partition) (int, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	i := 0
+	for ; time.Now().Before(deadline); i++ {
+		if _, err := p.Append(context.Background(), sizedBatch(t, 100_000, int64(i)), plainAppend); err != nil {
+			return i, err
+		}
+	}
+	return i, nil
+}
+
 // recordWritebacks makes s record its writebacks (and still start them).
 func recordWritebacks(t *testing.T, s *Store) func() []wbRange {
 	var mu sync.Mutex
 	var got []wbRange
 	s.writebackFn = func(f *prefetchFile, off, n int64) error {
-		end, err := f.dataEnd()
-		if err != nil {
-			t.Errorf("data end: %v", err)
-		}
-		fid := newestVlog(s.opts.Dir)
+		fid, end := vlogPosition(t, s, f)
 		mu.Lock()
 		got = append(got, wbRange{fid, off, n, end})
 		mu.Unlock()
@@ -113,15 +131,7 @@ func TestNoWritebackWithFsync(t *testing.T) {
 func TestWritebackFailureFailsStore(t *testing.T) {
 	s := openStore(t, testOptions(t, false))
 	s.writebackFn = func(*prefetchFile, int64, int64) error { return errors.New("injected EIO") }
-	p := mustPartition(t, s, pid)
-	i := 0
-	var err error
-	deadline := time.Now().Add(10 * time.Second)
-	for ; time.Now().Before(deadline); i++ {
-		if _, err = p.Append(context.Background(), sizedBatch(t, 100_000, int64(i)), plainAppend); err != nil {
-			break
-		}
-	}
+	i, err := appendUntilFailure(t, mustPartition(t, s, pid))
 	if !isErr(err, rerr.ErrStorage) {
 		t.Fatalf("append %d after a failed writeback: %v", i, err)
 	}
@@ -141,11 +151,7 @@ func recordPresyncs(t *testing.T, s *Store) func() []presync {
 	var mu sync.Mutex
 	var got []presync
 	s.presyncFn = func(f *prefetchFile) error {
-		end, err := f.dataEnd()
-		if err != nil {
-			t.Errorf("data end: %v", err)
-		}
-		fid := newestVlog(s.opts.Dir)
+		fid, end := vlogPosition(t, s, f)
 		mu.Lock()
 		got = append(got, presync{fid, end})
 		mu.Unlock()
@@ -218,15 +224,7 @@ func TestPresyncFailureFailsStore(t *testing.T) {
 	o.ValueLogFileSize = 8 << 20
 	s := openStore(t, o)
 	s.presyncFn = func(*prefetchFile) error { return errors.New("injected EIO") }
-	p := mustPartition(t, s, pid)
-	i := 0
-	var err error
-	deadline := time.Now().Add(10 * time.Second)
-	for ; time.Now().Before(deadline); i++ {
-		if _, err = p.Append(context.Background(), sizedBatch(t, 100_000, int64(i)), plainAppend); err != nil {
-			break
-		}
-	}
+	i, err := appendUntilFailure(t, mustPartition(t, s, pid))
 	if !isErr(err, rerr.ErrStorage) {
 		t.Fatalf("append %d after a failed presync: %v", i, err)
 	}
