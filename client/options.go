@@ -339,9 +339,9 @@ func WithBatchBytes(n int) ProducerOption {
 // context ends; a single record larger than the cap fails with MESSAGE_TOO_LARGE. At least the batch
 // bytes; default 32 MiB, Kafka's buffer.memory default. A larger buffer adds only queueing: one producer
 // reaches the same throughput with 32 MiB as with 64 MiB, and many producers in one process run faster
-// with less (16 producers: about a quarter more records/s than with 64 MiB each), as the records and
-// batches they hold in flight stay nearer the CPU caches. Kafka: buffer.memory (with max.block.ms
-// replaced by Produce's context).
+// with less (16 producers: about a quarter more records/s than with 64 MiB each), as they hold fewer
+// records and batch buffers in flight: less fresh memory to fault in, more of it in the CPU caches.
+// Kafka: buffer.memory (with max.block.ms replaced by Produce's context).
 func WithMaxBufferedBytes(n int64) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.maxBuffered = n })
 }

@@ -145,14 +145,14 @@ func finish(ps []Producer, t timing) error {
 	return errors.Join(errs...)
 }
 
-// runProduce produces as fast as the system takes records, from w.Producers producers, and measures
-// acknowledged records in the window after the warm-up.
 // clockEvery is how many sends of a saturated run share one reading of the clock as their send time
 // (runnel bench produce does the same): a reading costs about 40 ns on this kind of virtual machine,
 // a tenth of the harness's time per record, and 16 sends take a few microseconds, against latencies
 // of milliseconds when saturated.
 const clockEvery = 16
 
+// runProduce produces as fast as the system takes records, from w.Producers producers, and measures
+// acknowledged records in the window after the warm-up.
 func runProduce(ctx context.Context, d Driver, sys string, w report.Workload, topic string, src *source, t timing) report.Run {
 	run := report.Run{Workload: w, System: sys, LatencyWhat: "send to ack, from the actual send (the clock read once per 16 sends and once per 16 acks; saturated: mostly time queued in the client)"}
 	if err := d.CreateTopic(ctx, topic, w.Partitions); err != nil {
