@@ -104,8 +104,8 @@ func TestWritebackWithoutFsync(t *testing.T) {
 }
 
 // TestNoWritebackWithFsync: with Options.Fsync every group is fsynced before it is acknowledged, so
-// there is nothing left for a writeback or a presync to do (the appends pass a rotation of the 8 MiB
-// value-log files).
+// there is nothing left for a writeback or a presync to do (the appends pass two rotations of the
+// 8 MiB value-log files).
 func TestNoWritebackWithFsync(t *testing.T) {
 	o := testOptions(t, true)
 	o.ValueLogFileSize = 8 << 20
@@ -113,10 +113,11 @@ func TestNoWritebackWithFsync(t *testing.T) {
 	ranges := recordWritebacks(t, s)
 	syncs := recordPresyncs(t, s)
 	p := mustPartition(t, s, pid)
-	for i := range 4*writebackBytes/100_000 + writebackLag/100_000 + 1 {
-		mustAppend(t, p, sizedBatch(t, 100_000, int64(i)), AppendOptions{Sync: i%2 == 0, LogAppendTime: -1})
+	// Paced, so the prefetcher steps near the end of each file, where it would sync one without fsync.
+	appendPaced(t, s, p, 3*int(o.ValueLogFileSize)/100_000+10, 100_000, syncAppend)
+	if newestVlog(o.Dir) < 3 {
+		t.Fatalf("the appends ended in value log %d: want them to pass two rotations", newestVlog(o.Dir))
 	}
-	waitFor(t, 10*time.Second, "a prefetch", func() bool { return s.prefetched.Load() > 0 })
 	if n := len(ranges()); n != 0 || s.writebacks.Load() != 0 || s.fsyncs.Load() == 0 {
 		t.Fatalf("%d writebacks (counted %d), %d fsyncs with Options.Fsync", n, s.writebacks.Load(), s.fsyncs.Load())
 	}
@@ -164,14 +165,14 @@ func recordPresyncs(t *testing.T, s *Store) func() []presync {
 	}
 }
 
-// appendPaced appends n batches of size bytes, waiting after every prefetchTrigger bytes until the
+// appendPaced appends n batches of size bytes with opts, waiting after every prefetchTrigger bytes until the
 // prefetch goroutine has stepped since the last wait (the writer woke it meanwhile, having written
 // as much), so that it sees every file near its end, as it does when the writer does not outrun it.
-func appendPaced(t *testing.T, s *Store, p *Partition, n, size int) {
+func appendPaced(t *testing.T, s *Store, p *Partition, n, size int, opts AppendOptions) {
 	t.Helper()
 	steps, since := s.prefetchSteps.Load(), 0
 	for i := range n {
-		mustAppend(t, p, sizedBatch(t, size, int64(i)), plainAppend)
+		mustAppend(t, p, sizedBatch(t, size, int64(i)), opts)
 		if since += size; since >= prefetchTrigger {
 			waitFor(t, 10*time.Second, "a prefetch step", func() bool { return s.prefetchSteps.Load() > steps })
 			steps, since = s.prefetchSteps.Load(), 0
@@ -191,7 +192,7 @@ func TestPresyncBeforeRotation(t *testing.T) {
 	p := mustPartition(t, s, pid)
 	const size = 100_000
 	n := int(3*o.ValueLogFileSize/size) + 10 // three rotations
-	appendPaced(t, s, p, n, size)
+	appendPaced(t, s, p, n, size, plainAppend)
 	got := syncs()
 	if len(got) < 2 || s.presyncs.Load() != int64(len(got)) {
 		t.Fatalf("presyncs %+v (counted %d) over three value-log files: want one for each file rotated", got, s.presyncs.Load())
@@ -205,7 +206,7 @@ func TestPresyncBeforeRotation(t *testing.T) {
 			t.Fatalf("presync of file %d at %d: want it within %d bytes of the rotation at %d", ps.fid, ps.dataEnd, margin, o.ValueLogFileSize)
 		}
 	}
-	// A writeback after a presync of the same file starts at or after the synced end.
+	// No writeback straddles a presynced end: after the sync they start at it.
 	for _, r := range ranges() {
 		for _, ps := range got {
 			if r.fid == ps.fid && r.off < ps.dataEnd && r.off+r.n > ps.dataEnd {
