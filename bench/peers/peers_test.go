@@ -138,3 +138,22 @@ func TestTallyClock(t *testing.T) {
 		t.Fatalf("an exact tally reused a reading: %v then %v", a, b)
 	}
 }
+
+func TestMedianPass(t *testing.T) {
+	p := func(ms int) consumePass {
+		return consumePass{bytes: int64(ms), elapsed: time.Duration(ms) * time.Millisecond}
+	}
+	for _, c := range []struct {
+		passes []consumePass
+		want   int
+	}{
+		{[]consumePass{p(500)}, 500},
+		{[]consumePass{p(700), p(400), p(500)}, 500}, // a slow first pass (a hiccup) is left out
+		{[]consumePass{p(400), p(900), p(450), p(420), p(2000)}, 450},
+		{[]consumePass{p(400), p(600)}, 600}, // of two middle ones, the slower
+	} {
+		if got := medianPass(c.passes); got.elapsed != time.Duration(c.want)*time.Millisecond || got.bytes != int64(c.want) {
+			t.Errorf("medianPass(%v) = %v, want the %d ms pass", c.passes, got, c.want)
+		}
+	}
+}

@@ -136,8 +136,11 @@ type Run struct {
 	LatencyWhat string           `json:"latency_what,omitempty"`
 	// EndToEnd is, in e2e runs, consumer receipt minus intended send time.
 	EndToEnd *latency.Summary `json:"end_to_end,omitempty"`
-	Errors   int64            `json:"errors"`
-	Error    string           `json:"error,omitempty"` // why the run failed, if it did
+	// PassesPerSec is, in consume runs, the records/s of each reading of the backlog in order (each
+	// by a new consumer); RecordsPerSec and the rest are the median pass's.
+	PassesPerSec []float64 `json:"passes_records_per_s,omitempty"`
+	Errors       int64     `json:"errors"`
+	Error        string    `json:"error,omitempty"` // why the run failed, if it did
 }
 
 // Load reads results.json.
