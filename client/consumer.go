@@ -278,9 +278,12 @@ func (c *Consumer) HighWatermark(topic string, partition int32) int64 {
 // records are skipped). It blocks until there is at least one record or ctx ends (returning ctx.Err()).
 //
 // A partition that failed in a way retrying cannot fix (OFFSET_OUT_OF_RANGE when its position left the
-// log, a corrupt batch) makes Poll return a *PartitionError naming it, on every call, until Seek,
-// Assign or Unassign of that partition; the other partitions wait meanwhile, as in Kafka. After Close,
-// Poll returns ErrClosed.
+// log, CORRUPT_MESSAGE for a batch that fails its CRC or a record that does not decode) makes Poll
+// return a *PartitionError naming it, on every call, until Seek, Assign or Unassign of that partition;
+// the other partitions wait meanwhile, as in Kafka. The records before a record that does not decode
+// are returned first and the position stays at it, so Seek(offset+1) skips just that record (or, when
+// even its length is damaged, the error persists until a Seek past its batch). After Close, Poll
+// returns ErrClosed.
 //
 // The records' keys, values and header values share memory with the fetched answer (see Record). For
 // the highest throughput, where the records need not outlive their processing, see PollFunc.
@@ -519,15 +522,29 @@ func (c *Consumer) take(ctx context.Context, wake <-chan struct{}) ([]taken, []m
 // decodeTake decodes t's records in order, the control records and those below t.floor left out (and,
 // from a malformed answer only, records below an earlier one or past their batch's last offset, so no
 // offset comes twice), calling emit with each. br and what it references are reused after emit
-// returns. It returns how many it emitted and the leader epoch of the last one, or the error of a record
-// that does not decode (which scanFetched's check rules out).
+// returns. It returns how many it emitted and the leader epoch of the last one, and the error of a
+// record that does not decode, with t.floor at it: the records before it in its batch have been
+// emitted, as Kafka's consumer returns the records before a corrupt one.
 func decodeTake(t *taken, emit func(br *batch.Record)) (int, int32, error) {
 	n, epoch, floor := 0, int32(-1), t.floor
 	var br batch.Record
 	for i := range t.fp.batches {
 		rd := &t.fp.batches[i]
 		end := rd.Header().NextOffset()
+		// The records of a batch that starts below the floor are passed over undecoded up to it: after
+		// a Seek past a record that does not decode, the fetch returns its batch again from the start.
+		catchUp := floor > rd.Header().BaseOffset
 		for {
+			if catchUp {
+				if off, more := rd.PeekOffset(); more && off < floor {
+					if err := rd.Skip(); err != nil {
+						t.floor = floor
+						return n, epoch, err
+					}
+					continue
+				}
+				catchUp = false
+			}
 			ok, err := rd.Next(&br)
 			if err != nil {
 				t.floor = floor
@@ -549,11 +566,12 @@ func decodeTake(t *taken, emit func(br *batch.Record)) (int, int32, error) {
 	return n, epoch, nil
 }
 
-// decodeFailed handles a record that did not decode although the fetcher's check accepted its batch (a
-// bug, not damage: the check decodes every record): the records after it, which the take's move
-// skipped, must not be lost. Unless the partition moved meanwhile, its position goes back to the
-// record (t.floor, past the records returned) and it holds err until Seek; mv's move of it, if given,
-// says so.
+// decodeFailed handles a record that did not decode: the broker checks only a batch's CRC and, when it
+// is not compressed, its record lengths, so a producer can store a record that does not decode. The
+// records after it, which the take's move skipped, must not be lost. Unless the partition moved
+// meanwhile, its position goes back to the record (t.floor, past the records returned) and it holds
+// err until Seek; mv's move of it, if given, says so. A Seek past the record resumes after it (see
+// decodeTake), or, when its length is damaged, past its batch.
 func (c *Consumer) decodeFailed(t *taken, mv []moved, err error) {
 	p := t.fp.p
 	c.mu.Lock()
@@ -998,12 +1016,13 @@ func (c *Consumer) refreshLeaders() {
 // scanFetched checks the batches of one partition's fetch answer that hold records at or after from, as
 // the fetcher does before handing them to Poll: the batches of aborted transactions (when aborted lists
 // the answer's aborted transactions, a read_committed fetch; see abortedFilter) and control batches are
-// left out, every other batch is validated (CRC, framing) and each of its records decoded once without
-// being kept (batch.Reader.Check), so that Poll, which decodes them again, meets no damage. It returns
-// the batches' readers (aliasing b, or the batch's decompressed records), how many records they hold,
-// and the offset after the last whole batch, skipped batches included. A trailing batch cut short (a
-// broker may end an answer mid-batch) is left for the next fetch; damage anywhere else is an error,
-// returned with the batches before it.
+// left out, every other batch's header and CRC are validated (and a compressed one decompressed). The
+// records are decoded once, by Poll (decodeTake), which stops at one that does not decode: checking
+// every record here first cost a fifth of a consumer's CPU (docs/performance.md). It returns the
+// batches' readers (aliasing b, or the batch's decompressed records), how many records they hold, and
+// the offset after the last whole batch, skipped batches included. A trailing batch cut short (a broker
+// may end an answer mid-batch) is left for the next fetch; damage anywhere else is an error, returned
+// with the batches before it.
 func scanFetched(b []byte, from int64, aborted []*runnelv1.AbortedTransaction) ([]batch.Reader, int, int64, error) {
 	var batches []batch.Reader
 	count := 0
@@ -1019,9 +1038,6 @@ func scanFetched(b []byte, from int64, aborted []*runnelv1.AbortedTransaction) (
 			continue
 		}
 		rd, err := batch.OpenBatch(b)
-		if err == nil {
-			err = rd.Check()
-		}
 		if err != nil {
 			return batches, count, next, err
 		}

@@ -12,7 +12,8 @@ import (
 // scanFetched and a Poll do together: control records and, when aborted lists the answer's aborted
 // transactions, the records of those transactions are left out. It returns the offset after the last
 // whole batch, skipped batches included; a trailing batch cut short is left for the next fetch; damage
-// anywhere else is an error, returned with the records of the batches before it.
+// anywhere else is an error, returned with the records before it (of the batches before it, when the
+// scan found it; before the record, when decoding did).
 func decodeFetched(b []byte, topic string, partition int32, from int64, aborted []*runnelv1.AbortedTransaction) ([]*Record, int64, error) {
 	batches, count, next, err := scanFetched(b, from, aborted)
 	t := &taken{fp: &fetched{p: &cpart{tp: tp{topic, partition}}, batches: batches, from: from, next: next, count: count}, floor: from, mv: -1}
@@ -21,7 +22,7 @@ func decodeFetched(b []byte, topic string, partition int32, from int64, aborted 
 		recs = append(recs, Record{Topic: topic, Partition: partition, Offset: br.Offset, Timestamp: time.UnixMilli(br.Timestamp),
 			Key: br.Key, Value: br.Value, Headers: br.Headers, LeaderEpoch: br.LeaderEpoch})
 	}); derr != nil {
-		return pointers(recs), next, fmt.Errorf("a record the scan checked did not decode: %w", derr)
+		return pointers(recs), next, fmt.Errorf("decode: %w", derr)
 	}
 	return pointers(recs), next, err
 }

@@ -7,12 +7,13 @@ import (
 
 // Reader walks the records of one batch without a callback per record, for readers that decode many
 // records: OpenBatch validates the batch and decompresses its records once, Check finds damage without
-// building records, and Next decodes one record at a time into a Record the caller reuses. What a
-// Reader accepts and rejects, and the errors it returns, are DecodeBatch's.
+// building records, Next decodes one record at a time into a Record the caller reuses, and PeekOffset
+// with Skip pass over records undecoded. What a Reader accepts and rejects, and the errors it returns,
+// are DecodeBatch's.
 //
-// The SDK's consumer checks a fetched batch with Check when the answer arrives (so damage is reported
-// where the fetch found it) and decodes it with Next when the application polls. The zero Reader
-// reads nothing.
+// The SDK's consumer opens a fetched batch when the answer arrives and decodes it with Next when the
+// application polls, handing out the records before one that does not decode; it does not Check first,
+// which would decode every record twice. The zero Reader reads nothing.
 type Reader struct {
 	h         Header
 	area      []byte // the record area, decompressed
@@ -94,6 +95,41 @@ func (r *Reader) Next(rec *Record) (bool, error) {
 	rec.LeaderEpoch, rec.ProducerID = h.PartitionLeaderEpoch, h.ProducerID
 	rec.Control, rec.Transactional = h.IsControl(), h.IsTransactional()
 	return true, nil
+}
+
+// PeekOffset returns the offset of the next record, reading only its offset delta, and false after the
+// last record. A record too damaged to read its delta from is given BaseOffset plus its index, the
+// offset a well-formed batch gives it (deltas count from 0): enough for a consumer that seeks past a
+// record that does not decode to find where to resume (Skip).
+func (r *Reader) PeekOffset() (int64, bool) {
+	if r.i >= r.h.RecordCount {
+		return 0, false
+	}
+	guess := r.h.BaseOffset + int64(r.i)
+	body, _, err := r.body(r.i, r.pos)
+	if err != nil {
+		return guess, true
+	}
+	pos := 1 // attributes, unused
+	if _, w := varint(body[min(pos, len(body)):]); w > 0 {
+		pos += w
+		if od, w := varint(body[min(pos, len(body)):]); w > 0 && od >= 0 && od <= math.MaxInt32 {
+			return r.h.BaseOffset + od, true
+		}
+	}
+	return guess, true
+}
+
+// Skip passes over the next record without decoding it (Next would fail on a damaged one). It fails
+// only when the record's length is damaged, as nothing after it can be found then.
+func (r *Reader) Skip() error {
+	_, next, err := r.body(r.i, r.pos)
+	if err != nil {
+		return err
+	}
+	r.i++
+	r.pos = next
+	return nil
 }
 
 // body returns the body of record i (after its length) at pos, and the position after it.

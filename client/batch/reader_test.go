@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// readAll reads b with a Reader as the consumer does: OpenBatch, Check, then Next until the end. It
+// readAll reads b with a Reader: OpenBatch, Check, then Next until the end. It
 // returns the records and the first error (of OpenBatch, Check, or Next after a Check that passed,
 // which must not happen).
 func readAll(t testing.TB, b []byte) ([]Record, error) {
@@ -86,7 +86,7 @@ func TestReaderMatchesDecodeBatch(t *testing.T) {
 	}
 }
 
-// TestCheckRecordMatchesRead holds checkRecord (the fetcher's check, which decodes nothing) to
+// TestCheckRecordMatchesRead holds checkRecord (Check's walk, which decodes nothing) to
 // readRecord on mutated record bodies: the same verdict, in the same words.
 func TestCheckRecordMatchesRead(t *testing.T) {
 	var bl Builder
@@ -127,7 +127,9 @@ func TestCheckRecordMatchesRead(t *testing.T) {
 	}
 }
 
-// FuzzReader checks that Reader never panics and agrees with DecodeBatch on any input.
+// FuzzReader checks that Reader never panics and agrees with DecodeBatch on any input, and that
+// PeekOffset and Skip, the consumer's way past a record that does not decode, never panic, never loop,
+// and give a record that decodes its own offset.
 func FuzzReader(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -135,6 +137,27 @@ func FuzzReader(f *testing.F) {
 		_, gerr := readAll(t, b)
 		if (werr == nil) != (gerr == nil) || werr != nil && werr.Error() != gerr.Error() {
 			t.Fatalf("Reader error %v, DecodeBatch error %v", gerr, werr)
+		}
+		rd, err := OpenBatch(b)
+		if err != nil {
+			return
+		}
+		for i := int32(0); ; i++ {
+			if i > rd.Header().RecordCount {
+				t.Fatalf("more than the header's %d records walked", rd.Header().RecordCount)
+			}
+			off, more := rd.PeekOffset()
+			if !more {
+				return
+			}
+			next := rd // a copy: Next moves it when the record decodes
+			var r Record
+			if ok, err := next.Next(&r); err == nil && ok && r.Offset != off {
+				t.Fatalf("record %d: PeekOffset %d, Next %d", i, off, r.Offset)
+			}
+			if err := rd.Skip(); err != nil {
+				return // its length is damaged: nothing after it can be found
+			}
 		}
 	})
 }

@@ -1,0 +1,123 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/runnel-io/runnel/api/rerr"
+	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
+	"github.com/runnel-io/runnel/client"
+	"github.com/runnel-io/runnel/client/batch"
+)
+
+// damagedBatch builds an uncompressed batch of n records (key "k", value "v", one timestamp) whose
+// record bad has a key length past its end. Its record lengths and CRC are right, which is all a broker
+// checks of an uncompressed batch, so a node stores it as any other: a producer's bug, not the
+// network's.
+func damagedBatch(t *testing.T, n, bad int) []byte {
+	t.Helper()
+	var b batch.Builder
+	for range n {
+		b.Append(1_700_000_000_000, []byte("k"), []byte("v"), nil)
+	}
+	raw := append([]byte(nil), b.Build(batch.CompressionNone)...)
+	// Each record is its length (1 byte) then attributes, timestamp delta, offset delta, key length,
+	// key, value length, value and header count (1 byte each).
+	const recordLen = 9
+	if len(raw) != batch.HeaderSize+n*recordLen {
+		t.Fatalf("batch of %d bytes, want %d: the layout assumed here changed", len(raw), batch.HeaderSize+n*recordLen)
+	}
+	raw[batch.HeaderSize+bad*recordLen+4] = 0x7e // zigzag 63: past the 8-byte body
+	c := batch.Checksum(raw)
+	raw[17], raw[18], raw[19], raw[20] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
+	return raw
+}
+
+// TestConsumerStopsAtDamagedRecord stores, between two good batches, a batch whose middle record does
+// not decode, and reads the partition as Kafka's consumer would: the records before the damaged one
+// come out, then Poll (and PollFunc) returns CORRUPT_MESSAGE for the partition on every call with the
+// position at that record, until a Seek past it resumes with the next record of the same batch.
+func TestConsumerStopsAtDamagedRecord(t *testing.T) {
+	addr := startNode(t)
+	const topic = "damaged"
+	createTopic(t, addr, topic, 1, nil)
+	raw := recordsClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var good batch.Builder
+	for _, v := range []string{"a", "b", "c"} {
+		good.Append(1_700_000_000_000, nil, []byte(v), nil)
+	}
+	goodRaw := append([]byte(nil), good.Build(batch.CompressionNone)...)
+	for i, b := range [][]byte{goodRaw, damagedBatch(t, 3, 1), goodRaw} { // offsets 0-2, 3-5 (4 damaged), 6-8
+		resp, err := raw.Produce(ctx, &runnelv1.ProduceRequest{Acks: runnelv1.Acks_ACKS_ALL,
+			Partitions: []*runnelv1.ProducePartition{{Topic: topic, Partition: 0, Records: b}}})
+		if err != nil {
+			t.Fatalf("produce batch %d: %v", i, err)
+		}
+		if err := rerr.FromInfo(resp.Partitions[0].Error); err != nil || resp.Partitions[0].BaseOffset != int64(3*i) {
+			t.Fatalf("produce batch %d: base offset %d, %v", i, resp.Partitions[0].BaseOffset, err)
+		}
+	}
+
+	for _, viaFunc := range []bool{false, true} {
+		name := "Poll"
+		if viaFunc {
+			name = "PollFunc"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := newConsumer(t, addr)
+			if err := c.Assign(topic, 0, client.OffsetEarliest()); err != nil {
+				t.Fatal(err)
+			}
+			// poll returns the offsets of one poll, or its error.
+			poll := func() ([]int64, error) {
+				var offs []int64
+				if viaFunc {
+					_, err := c.PollFunc(ctx, func(r *client.Record) { offs = append(offs, r.Offset) })
+					return offs, err
+				}
+				recs, err := c.Poll(ctx)
+				for _, r := range recs {
+					offs = append(offs, r.Offset)
+				}
+				return offs, err
+			}
+			var got []int64
+			var perr error
+			for perr == nil {
+				var offs []int64
+				offs, perr = poll()
+				got = append(got, offs...)
+			}
+			var pe *client.PartitionError
+			if !errors.As(perr, &pe) || !errors.Is(perr, rerr.ErrCorruptMessage) || pe.Topic != topic || pe.Partition != 0 {
+				t.Fatalf("after offsets %v: %v, want a CORRUPT_MESSAGE PartitionError for %s-0", got, perr, topic)
+			}
+			if want := []int64{0, 1, 2, 3}; !slices.Equal(got, want) {
+				t.Fatalf("offsets before the damaged record: %v, want %v", got, want)
+			}
+			if pos := c.Position(topic, 0); pos != 4 {
+				t.Fatalf("position %d, want 4 (the damaged record)", pos)
+			}
+			if offs, err := poll(); !errors.Is(err, rerr.ErrCorruptMessage) || len(offs) != 0 {
+				t.Fatalf("poll again: %v %v, want the same error until a Seek", offs, err)
+			}
+			c.Seek(topic, 0, 5)
+			got = nil
+			for len(got) < 4 {
+				offs, err := poll()
+				if err != nil {
+					t.Fatalf("after the seek past the damaged record, at %v: %v", got, err)
+				}
+				got = append(got, offs...)
+			}
+			if want := []int64{5, 6, 7, 8}; !slices.Equal(got, want) {
+				t.Fatalf("offsets after the seek: %v, want %v", got, want)
+			}
+		})
+	}
+}
