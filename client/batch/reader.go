@@ -27,15 +27,9 @@ type Reader struct {
 // after the batch are ignored; the batch is b[:r.Header().Size()]. Errors match rerr.ErrCorruptMessage,
 // or rerr.ErrUnsupportedForFormat for another magic. The Reader aliases b (or the decompressed area).
 func OpenBatch(b []byte) (Reader, error) {
-	h, err := Validate(b)
+	h, area, err := openArea(b)
 	if err != nil {
 		return Reader{h: h}, err
-	}
-	area := b[HeaderSize:h.Size()]
-	if c := h.Compression(); c != CompressionNone {
-		if area, err = decompress(c, area); err != nil {
-			return Reader{h: h}, err
-		}
 	}
 	return Reader{h: h, area: area, logAppend: h.Attributes&AttrLogAppendTime != 0}, nil
 }

@@ -2,9 +2,13 @@ package batch
 
 import (
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
+
+	"github.com/runnel-io/runnel/api/rerr"
 )
 
 // readAll reads b with a Reader: OpenBatch, Check, then Next until the end. It
@@ -160,4 +164,27 @@ func FuzzReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCompressedRecordCountMustFit: a compressed batch's record count is not bounded by its framing
+// (Validate cannot walk compressed records), and a consumer sizes memory by it before decoding, so
+// OpenBatch and DecodeBatch refuse a count its decompressed records cannot hold.
+func TestCompressedRecordCountMustFit(t *testing.T) {
+	var bl Builder
+	for _, c := range []Compression{CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd} {
+		raw := append([]byte(nil), build(t, &bl, sampleRecords(40, 7), c)...)
+		if h, err := OpenBatch(raw); err != nil || h.Header().Compression() != c {
+			t.Fatalf("%v: the intact batch: %v, compression %v", c, err, h.Header().Compression())
+		}
+		binary.BigEndian.PutUint32(raw[57:], 1<<30) // record count
+		binary.BigEndian.PutUint32(raw[23:], 1<<30) // last offset delta, which must cover it
+		binary.BigEndian.PutUint32(raw[17:], Checksum(raw))
+		_, oerr := OpenBatch(raw)
+		_, derr := DecodeBatch(raw, func(Record) error { return nil })
+		for _, err := range []error{oerr, derr} {
+			if !errors.Is(err, rerr.ErrCorruptMessage) || !strings.Contains(err.Error(), "cannot fit") {
+				t.Fatalf("%v: a count of 2^30 records: %v, want CORRUPT_MESSAGE (cannot fit)", c, err)
+			}
+		}
+	}
 }

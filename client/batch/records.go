@@ -315,6 +315,27 @@ func DecodeRecords(b []byte, fn func(Record) error) error {
 	return err
 }
 
+// openArea validates the batch at the start of b (Validate) and returns its header and record area,
+// decompressed. The header's record count must fit in the area (minRecordSize bytes a record): Validate
+// checks that through the framing of an uncompressed batch, and here it is checked for a compressed
+// one, so that nobody sizes memory by a count the records cannot have.
+func openArea(b []byte) (Header, []byte, error) {
+	h, err := Validate(b)
+	if err != nil {
+		return h, nil, err
+	}
+	area := b[HeaderSize:h.Size()]
+	if c := h.Compression(); c != CompressionNone {
+		if area, err = decompress(c, area); err != nil {
+			return h, nil, err
+		}
+		if int64(h.RecordCount)*minRecordSize > int64(len(area)) {
+			return h, nil, corrupt("%d records cannot fit in %d decompressed bytes", h.RecordCount, len(area))
+		}
+	}
+	return h, area, nil
+}
+
 // DecodeBatch validates the batch at the start of b (Validate: header, CRC, framing), decompresses its
 // records (at most MaxUncompressedSize bytes) and calls fn with each record in order; bytes after the
 // batch are ignored, and the batch is b[:h.Size()]. Offsets are absolute (baseOffset+offsetDelta);
@@ -326,15 +347,9 @@ func DecodeRecords(b []byte, fn func(Record) error) error {
 // after fn has seen the records before the damage; another magic returns rerr.ErrUnsupportedForFormat.
 // An error from fn stops the walk and is returned as it is.
 func DecodeBatch(b []byte, fn func(Record) error) (Header, error) {
-	h, err := Validate(b)
+	h, area, err := openArea(b)
 	if err != nil {
 		return h, err
-	}
-	area := b[HeaderSize:h.Size()]
-	if c := h.Compression(); c != CompressionNone {
-		if area, err = decompress(c, area); err != nil {
-			return h, err
-		}
 	}
 	rec := Record{
 		LeaderEpoch:   h.PartitionLeaderEpoch,
