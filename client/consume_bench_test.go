@@ -34,7 +34,7 @@ func fetchAnswer(n, batchBytes int) ([]byte, int) {
 }
 
 // BenchmarkConsumeDecode measures the consumer's CPU per record of a 1 MiB answer of 100-byte records
-// (the fetcher's check, then the decode a poll does): into records as Poll returns them, and into one
+// (the fetcher's scan, then the decode a poll does): into records as Poll returns them, and into one
 // reused Record as PollFunc does. cpu-ns/record counts the process's CPU time, the garbage collector's
 // included, which on a shared machine is steadier than ns/op.
 func BenchmarkConsumeDecode(b *testing.B) {

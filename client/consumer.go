@@ -83,12 +83,12 @@ type cpart struct {
 // metadata to settle (a broker is fenced within its 3 s session timeout).
 const outOfRangeGrace = 20 * time.Second
 
-// fetched is one partition's share of a fetch answer: its batches, checked by the fetcher (scanFetched),
-// decoded by the Poll that takes them.
+// fetched is one partition's share of a fetch answer: its batches, opened by the fetcher (scanFetched:
+// header, CRC, decompression), decoded by the Poll that takes them.
 type fetched struct {
 	p       *cpart
 	epoch   uint64
-	batches []batch.Reader // checked: every record decodes; control batches and aborted ones left out
+	batches []batch.Reader // opened (CRC checked, decompressed); control batches and aborted ones left out
 	from    int64          // the fetch offset: records below it (in its batch) are not returned
 	next    int64          // position after these records (after the last batch, control records included)
 	size    int            // record bytes fetched, counted against the fetch max bytes
@@ -523,17 +523,22 @@ func (c *Consumer) take(ctx context.Context, wake <-chan struct{}) ([]taken, []m
 // from a malformed answer only, records below an earlier one or past their batch's last offset, so no
 // offset comes twice), calling emit with each. br and what it references are reused after emit
 // returns. It returns how many it emitted and the leader epoch of the last one, and the error of a
-// record that does not decode, with t.floor at it: the records before it in its batch have been
-// emitted, as Kafka's consumer returns the records before a corrupt one.
+// record that does not decode, with t.floor at that record's offset (past any gap before it: aborted
+// transactions, markers, compaction), so that Seek(t.floor+1) skips just that record. The records before
+// it have been emitted, as Kafka's consumer returns the records before a corrupt one. Bytes after the
+// last record of a batch whose records all decoded are ignored: nothing is lost, and there is no record
+// to stop at.
 func decodeTake(t *taken, emit func(br *batch.Record)) (int, int32, error) {
 	n, epoch, floor := 0, int32(-1), t.floor
 	var br batch.Record
 	for i := range t.fp.batches {
 		rd := &t.fp.batches[i]
-		end := rd.Header().NextOffset()
+		h := rd.Header()
+		end := h.NextOffset()
 		// The records of a batch that starts below the floor are passed over undecoded up to it: after
 		// a Seek past a record that does not decode, the fetch returns its batch again from the start.
-		catchUp := floor > rd.Header().BaseOffset
+		catchUp := floor > h.BaseOffset
+		floor = max(floor, h.BaseOffset)
 		for {
 			if catchUp {
 				if off, more := rd.PeekOffset(); more && off < floor {
@@ -547,6 +552,13 @@ func decodeTake(t *taken, emit func(br *batch.Record)) (int, int32, error) {
 			}
 			ok, err := rd.Next(&br)
 			if err != nil {
+				off, more := rd.PeekOffset() // Next failed without moving: the record that does not decode
+				if !more {
+					break // every record decoded; only bytes after the last one are wrong
+				}
+				if off >= floor && off < end {
+					floor = off
+				}
 				t.floor = floor
 				return n, epoch, err
 			}

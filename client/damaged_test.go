@@ -36,29 +36,42 @@ func damagedBatch(t *testing.T, n, bad int) []byte {
 	return raw
 }
 
-// TestConsumerStopsAtDamagedRecord stores, between two good batches, a batch whose middle record does
-// not decode, and reads the partition as Kafka's consumer would: the records before the damaged one
-// come out, then Poll (and PollFunc) returns CORRUPT_MESSAGE for the partition on every call with the
-// position at that record, until a Seek past it resumes with the next record of the same batch.
+// TestConsumerStopsAtDamagedRecord stores, after a committed transaction (offsets 0-2, its marker at
+// 3), two batches with one record each that does not decode (the first record of 4-6, the middle one
+// of 7-9), then a good batch (10-12), and reads the partition as Kafka's consumer would: the records
+// before a damaged one come out, then Poll (and PollFunc) returns CORRUPT_MESSAGE for the partition on
+// every call with the position at that record, past the marker's gap, until a Seek past it resumes
+// with the next record of the same batch.
 func TestConsumerStopsAtDamagedRecord(t *testing.T) {
 	addr := startNode(t)
 	const topic = "damaged"
 	createTopic(t, addr, topic, 1, nil)
-	raw := recordsClient(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var good batch.Builder
+	tp := newTxnProducer(t, addr, "damaged-txn")
+	if err := tp.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
 	for _, v := range []string{"a", "b", "c"} {
+		if err := tp.ProduceSync(ctx, &client.Record{Topic: topic, Partition: 0, Value: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tp.CommitTransaction(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var good batch.Builder
+	for _, v := range []string{"x", "y", "z"} {
 		good.Append(1_700_000_000_000, nil, []byte(v), nil)
 	}
-	goodRaw := append([]byte(nil), good.Build(batch.CompressionNone)...)
-	for i, b := range [][]byte{goodRaw, damagedBatch(t, 3, 1), goodRaw} { // offsets 0-2, 3-5 (4 damaged), 6-8
+	raw := recordsClient(t, addr)
+	for i, b := range [][]byte{damagedBatch(t, 3, 0), damagedBatch(t, 3, 1), good.Build(batch.CompressionNone)} {
 		resp, err := raw.Produce(ctx, &runnelv1.ProduceRequest{Acks: runnelv1.Acks_ACKS_ALL,
 			Partitions: []*runnelv1.ProducePartition{{Topic: topic, Partition: 0, Records: b}}})
 		if err != nil {
 			t.Fatalf("produce batch %d: %v", i, err)
 		}
-		if err := rerr.FromInfo(resp.Partitions[0].Error); err != nil || resp.Partitions[0].BaseOffset != int64(3*i) {
+		if err := rerr.FromInfo(resp.Partitions[0].Error); err != nil || resp.Partitions[0].BaseOffset != int64(4+3*i) {
 			t.Fatalf("produce batch %d: base offset %d, %v", i, resp.Partitions[0].BaseOffset, err)
 		}
 	}
@@ -86,36 +99,43 @@ func TestConsumerStopsAtDamagedRecord(t *testing.T) {
 				}
 				return offs, err
 			}
+			// readUntilDamaged polls until the partition reports a damaged record and checks the
+			// offsets returned before it and the position it holds.
+			readUntilDamaged := func(want []int64, at int64) {
+				t.Helper()
+				var got []int64
+				var perr error
+				for perr == nil {
+					var offs []int64
+					offs, perr = poll()
+					got = append(got, offs...)
+				}
+				var pe *client.PartitionError
+				if !errors.As(perr, &pe) || !errors.Is(perr, rerr.ErrCorruptMessage) || pe.Topic != topic || pe.Partition != 0 {
+					t.Fatalf("after offsets %v: %v, want a CORRUPT_MESSAGE PartitionError for %s-0", got, perr, topic)
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("offsets before the damaged record: %v, want %v", got, want)
+				}
+				if pos := c.Position(topic, 0); pos != at {
+					t.Fatalf("position %d, want %d (the damaged record)", pos, at)
+				}
+				if offs, err := poll(); !errors.Is(err, rerr.ErrCorruptMessage) || len(offs) != 0 {
+					t.Fatalf("poll again: %v %v, want the same error until a Seek", offs, err)
+				}
+				c.Seek(topic, 0, at+1)
+			}
+			readUntilDamaged([]int64{0, 1, 2}, 4)
+			readUntilDamaged([]int64{5, 6, 7}, 8)
 			var got []int64
-			var perr error
-			for perr == nil {
-				var offs []int64
-				offs, perr = poll()
-				got = append(got, offs...)
-			}
-			var pe *client.PartitionError
-			if !errors.As(perr, &pe) || !errors.Is(perr, rerr.ErrCorruptMessage) || pe.Topic != topic || pe.Partition != 0 {
-				t.Fatalf("after offsets %v: %v, want a CORRUPT_MESSAGE PartitionError for %s-0", got, perr, topic)
-			}
-			if want := []int64{0, 1, 2, 3}; !slices.Equal(got, want) {
-				t.Fatalf("offsets before the damaged record: %v, want %v", got, want)
-			}
-			if pos := c.Position(topic, 0); pos != 4 {
-				t.Fatalf("position %d, want 4 (the damaged record)", pos)
-			}
-			if offs, err := poll(); !errors.Is(err, rerr.ErrCorruptMessage) || len(offs) != 0 {
-				t.Fatalf("poll again: %v %v, want the same error until a Seek", offs, err)
-			}
-			c.Seek(topic, 0, 5)
-			got = nil
 			for len(got) < 4 {
 				offs, err := poll()
 				if err != nil {
-					t.Fatalf("after the seek past the damaged record, at %v: %v", got, err)
+					t.Fatalf("after the seek past the second damaged record, at %v: %v", got, err)
 				}
 				got = append(got, offs...)
 			}
-			if want := []int64{5, 6, 7, 8}; !slices.Equal(got, want) {
+			if want := []int64{9, 10, 11, 12}; !slices.Equal(got, want) {
 				t.Fatalf("offsets after the seek: %v, want %v", got, want)
 			}
 		})

@@ -288,8 +288,8 @@ type consumePass struct {
 
 // medianPass returns the pass of median duration (of an even count, the slower of the two middle
 // ones). One pass of a fast system lasts well under a second, which a hiccup of this VM (another
-// tenant, the host reclaiming memory) can lengthen by a third: reading the same 3 M records
-// several times in a row on one node took 4.8-7.9 M records/s. The median of a few passes keeps
+// tenant, the host reclaiming memory) can stretch by half or more: reading the same 3 M records
+// three times in a row on one node took 7.9, 5.5 and 4.8 M records/s. The median of a few passes keeps
 // such a hiccup out of the ratio, for every system alike.
 func medianPass(ps []consumePass) consumePass {
 	s := slices.SortedFunc(slices.Values(ps), func(a, b consumePass) int { return cmp.Compare(a.elapsed, b.elapsed) })

@@ -92,9 +92,10 @@ func (r *Reader) Next(rec *Record) (bool, error) {
 }
 
 // PeekOffset returns the offset of the next record, reading only its offset delta, and false after the
-// last record. A record too damaged to read its delta from is given BaseOffset plus its index, the
-// offset a well-formed batch gives it (deltas count from 0): enough for a consumer that seeks past a
-// record that does not decode to find where to resume (Skip).
+// last record. A record whose delta cannot be read, or cannot be right (deltas grow from 0 by at least
+// one a record, up to LastOffsetDelta), is given BaseOffset plus its index, the offset a batch without
+// gaps gives it: enough for a consumer that seeks past a record that does not decode to find where to
+// resume (Skip). A damaged delta that still looks right is taken as it reads.
 func (r *Reader) PeekOffset() (int64, bool) {
 	if r.i >= r.h.RecordCount {
 		return 0, false
@@ -107,7 +108,7 @@ func (r *Reader) PeekOffset() (int64, bool) {
 	pos := 1 // attributes, unused
 	if _, w := varint(body[min(pos, len(body)):]); w > 0 {
 		pos += w
-		if od, w := varint(body[min(pos, len(body)):]); w > 0 && od >= 0 && od <= math.MaxInt32 {
+		if od, w := varint(body[min(pos, len(body)):]); w > 0 && od >= int64(r.i) && od <= int64(r.h.LastOffsetDelta) {
 			return r.h.BaseOffset + od, true
 		}
 	}
