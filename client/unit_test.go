@@ -2,12 +2,15 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
@@ -305,6 +308,23 @@ func TestDecodeFetched(t *testing.T) {
 	recs, next, err = decodeFetched(bad, "t", 2, 10, nil)
 	if !errors.Is(err, rerr.ErrCorruptMessage) || next != 13 || len(recs) != 3 {
 		t.Fatalf("damaged batch: %d records next %d err %v", len(recs), next, err)
+	}
+	// Bytes after the last record of a compressed batch (the broker cannot see them): every record
+	// decodes, so all come back and nothing stops the partition.
+	plain := buildBatch(t, 20, batch.CompressionNone, "p", "q", "r")
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed := enc.EncodeAll(append(append([]byte(nil), plain[batch.HeaderSize:]...), 0, 0, 0), nil)
+	enc.Close()
+	surplus := append(append([]byte(nil), plain[:batch.HeaderSize]...), packed...)
+	surplus[22] = surplus[22]&^batch.AttrCompressionMask | byte(batch.CompressionZstd)
+	binary.BigEndian.PutUint32(surplus[8:], uint32(len(surplus)-12))
+	putCRC(surplus)
+	recs, next, err = decodeFetched(surplus, "t", 2, 20, nil)
+	if err != nil || next != 23 || len(recs) != 3 || string(recs[2].Value) != "r" {
+		t.Fatalf("surplus bytes after the last record: %d records next %d err %v", len(recs), next, err)
 	}
 	// A control batch advances the position but yields no record.
 	ctl := buildBatch(t, 15, batch.CompressionNone, "marker")
