@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -281,9 +282,9 @@ func (c *Consumer) HighWatermark(topic string, partition int32) int64 {
 // log, CORRUPT_MESSAGE for a batch that fails its CRC or a record that does not decode) makes Poll
 // return a *PartitionError naming it, on every call, until Seek, Assign or Unassign of that partition;
 // the other partitions wait meanwhile, as in Kafka. The records before a record that does not decode
-// are returned first and the position stays at it, so Seek(offset+1) skips just that record (or, when
-// even its length is damaged, the error persists until a Seek past its batch). After Close, Poll
-// returns ErrClosed.
+// are returned first and the position stays at it, so Seek(Position()+1) skips just that record; the
+// error gives its offset and its batch's, as a Seek past the batch is needed when even the record's
+// length is damaged (possible in a compressed batch only). After Close, Poll returns ErrClosed.
 //
 // The records' keys, values and header values share memory with the fetched answer (see Record). For
 // the highest throughput, where the records need not outlive their processing, see PollFunc.
@@ -544,7 +545,7 @@ func decodeTake(t *taken, emit func(br *batch.Record)) (int, int32, error) {
 				if off, more := rd.PeekOffset(); more && off < floor {
 					if err := rd.Skip(); err != nil {
 						t.floor = floor
-						return n, epoch, err
+						return n, epoch, damagedAt(floor, h, err)
 					}
 					continue
 				}
@@ -560,7 +561,7 @@ func decodeTake(t *taken, emit func(br *batch.Record)) (int, int32, error) {
 					floor = off
 				}
 				t.floor = floor
-				return n, epoch, err
+				return n, epoch, damagedAt(floor, h, err)
 			}
 			if !ok {
 				break
@@ -578,8 +579,14 @@ func decodeTake(t *taken, emit func(br *batch.Record)) (int, int32, error) {
 	return n, epoch, nil
 }
 
+// damagedAt adds to the error of a record that does not decode its offset and its batch's, so that the
+// application can Seek past the record, or past the batch when even a length is damaged.
+func damagedAt(offset int64, h batch.Header, err error) error {
+	return fmt.Errorf("offset %d, in the batch of offsets %d-%d: %w", offset, h.BaseOffset, h.LastOffset(), err)
+}
+
 // decodeFailed handles a record that did not decode: the broker checks only a batch's CRC and, when it
-// is not compressed, its record lengths, so a producer can store a record that does not decode. The
+// is not compressed, that its record lengths fit, so a producer can store a record that does not decode. The
 // records after it, which the take's move skipped, must not be lost. Unless the partition moved
 // meanwhile, its position goes back to the record (t.floor, past the records returned) and it holds
 // err until Seek; mv's move of it, if given, says so. A Seek past the record resumes after it (see

@@ -3,7 +3,9 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,7 +103,7 @@ func TestConsumerStopsAtDamagedRecord(t *testing.T) {
 			}
 			// readUntilDamaged polls until the partition reports a damaged record and checks the
 			// offsets returned before it and the position it holds.
-			readUntilDamaged := func(want []int64, at int64) {
+			readUntilDamaged := func(want []int64, at int64, batchRange string) {
 				t.Helper()
 				var got []int64
 				var perr error
@@ -117,6 +119,10 @@ func TestConsumerStopsAtDamagedRecord(t *testing.T) {
 				if !slices.Equal(got, want) {
 					t.Fatalf("offsets before the damaged record: %v, want %v", got, want)
 				}
+				// The message says where to Seek: past the record, or past its batch.
+				if msg := fmt.Sprintf("offset %d, in the batch of offsets %s", at, batchRange); !strings.Contains(perr.Error(), msg) {
+					t.Fatalf("error %q does not say %q", perr, msg)
+				}
 				if pos := c.Position(topic, 0); pos != at {
 					t.Fatalf("position %d, want %d (the damaged record)", pos, at)
 				}
@@ -125,8 +131,8 @@ func TestConsumerStopsAtDamagedRecord(t *testing.T) {
 				}
 				c.Seek(topic, 0, at+1)
 			}
-			readUntilDamaged([]int64{0, 1, 2}, 4)
-			readUntilDamaged([]int64{5, 6, 7}, 8)
+			readUntilDamaged([]int64{0, 1, 2}, 4, "4-6")
+			readUntilDamaged([]int64{5, 6, 7}, 8, "7-9")
 			var got []int64
 			for len(got) < 4 {
 				offs, err := poll()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -194,5 +195,41 @@ func TestCompressedRecordCountMustFit(t *testing.T) {
 				t.Fatalf("%v: a count of 2^30 records: %v, want CORRUPT_MESSAGE (cannot fit)", c, err)
 			}
 		}
+	}
+}
+
+// TestSkipShortRecord: Validate accepts any record length that fits the batch, so an uncompressed
+// batch can hold a record too short to decode; Skip, which a consumer uses to resume past such a
+// record, must pass over it by its length alone.
+func TestSkipShortRecord(t *testing.T) {
+	var bl Builder
+	for _, v := range []string{"a", "b", "c"} {
+		bl.Append(1_700_000_000_000, nil, []byte(v), nil)
+	}
+	raw := append([]byte(nil), bl.Build(CompressionNone)...)
+	// Each record here is 8 bytes: its length (1) and a 7-byte body. Record 1 becomes 2 bytes of body.
+	area := raw[HeaderSize:]
+	short := slices.Concat(raw[:HeaderSize], area[:8], []byte{0x04, 0, 0}, area[16:])
+	binary.BigEndian.PutUint32(short[8:], uint32(len(short)-12))
+	binary.BigEndian.PutUint32(short[17:], Checksum(short))
+	rd, err := OpenBatch(short)
+	if err != nil {
+		t.Fatalf("the broker's checks accept the batch, OpenBatch must too: %v", err)
+	}
+	var r Record
+	if ok, err := rd.Next(&r); !ok || err != nil || string(r.Value) != "a" {
+		t.Fatalf("record 0: %v %v %q", ok, err, r.Value)
+	}
+	if off, more := rd.PeekOffset(); !more || off != r.Offset+1 {
+		t.Fatalf("PeekOffset of the short record: %d %v, want %d", off, more, r.Offset+1)
+	}
+	if _, err := rd.Next(&r); !errors.Is(err, rerr.ErrCorruptMessage) {
+		t.Fatalf("Next on the short record: %v, want CORRUPT_MESSAGE", err)
+	}
+	if err := rd.Skip(); err != nil {
+		t.Fatalf("Skip over the short record: %v", err)
+	}
+	if ok, err := rd.Next(&r); !ok || err != nil || string(r.Value) != "c" {
+		t.Fatalf("record 2 after the skip: %v %v %q", ok, err, r.Value)
 	}
 }
