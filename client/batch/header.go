@@ -179,16 +179,27 @@ func Validate(b []byte) (Header, error) {
 func checkFraming(area []byte, n int32) error {
 	pos := 0
 	for i := int32(0); i < n; i++ {
-		l, w := binary.Varint(area[pos:])
-		if w <= 0 || l < 0 || int64(pos+w)+l > int64(len(area)) {
+		end, ok := frameEnd(area, pos)
+		if !ok {
 			return rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "record %d of %d has a bad length", i, n)
 		}
-		pos += w + int(l)
+		pos = end
 	}
 	if pos != len(area) {
 		return rerr.New(runnelv1.ErrorCode_CORRUPT_MESSAGE, "%d bytes after the last of %d records", len(area)-pos, n)
 	}
 	return nil
+}
+
+// frameEnd reads the varint length of the record at pos and returns where the record ends, or false
+// when the length is not a varint or the record does not fit in area: the framing a broker checks, and
+// all a reader needs to pass over a record without decoding it (Reader.Skip).
+func frameEnd(area []byte, pos int) (int, bool) {
+	l, w := varint(area[pos:])
+	if w <= 0 || l < 0 || l > int64(len(area)-pos-w) {
+		return pos, false
+	}
+	return pos + w + int(l), true
 }
 
 // Split calls fn with each batch of a concatenation of batches, after Validate. It stops at the first

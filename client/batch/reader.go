@@ -119,12 +119,12 @@ func (r *Reader) PeekOffset() (int64, bool) {
 // only its length. It fails only when that length does not fit the batch, as nothing after the record
 // can be found then; Validate has ruled that out for an uncompressed batch.
 func (r *Reader) Skip() error {
-	n, w := varint(r.area[r.pos:])
-	if w <= 0 || n < 0 || n > int64(len(r.area)-r.pos-w) {
+	end, ok := frameEnd(r.area, r.pos)
+	if !ok {
 		return corrupt("record %d of %d at byte %d has a bad length", r.i, r.h.RecordCount, r.pos)
 	}
 	r.i++
-	r.pos += w + int(n)
+	r.pos = end
 	return nil
 }
 
