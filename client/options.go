@@ -211,6 +211,27 @@ func defaultProducerConfig() producerConfig {
 	}
 }
 
+// ProducerDefaults are the settings a Producer has when no option changes them. Tools that describe a
+// run (bench/peers' report, the CLI's help) read them here, so the figures they print are the SDK's own
+// and cannot drift from it.
+type ProducerDefaults struct {
+	Acks             Acks          // WithAcks
+	Linger           time.Duration // WithLinger; 0: a batch goes as soon as a request slot is free
+	BatchBytes       int           // WithBatchBytes: bytes of one partition's batch, header included
+	MaxBufferedBytes int64         // WithMaxBufferedBytes: each producer's buffer, in bytes
+	MaxRequestBytes  int           // WithMaxRequestBytes
+	MaxInFlight      int           // WithMaxInFlight: unanswered requests per broker
+	DeliveryTimeout  time.Duration // WithDeliveryTimeout
+	Idempotence      bool          // WithIdempotence
+}
+
+// DefaultProducer returns the defaults NewProducer starts from.
+func DefaultProducer() ProducerDefaults {
+	c := defaultProducerConfig()
+	return ProducerDefaults{Acks: c.acks, Linger: c.linger, BatchBytes: c.batchBytes, MaxBufferedBytes: c.maxBuffered,
+		MaxRequestBytes: c.maxRequestBytes, MaxInFlight: c.maxInFlight, DeliveryTimeout: c.deliveryTimeout, Idempotence: c.idempotence}
+}
+
 // maxTxnTimeout is the largest transaction timeout the wire carries (int32 milliseconds); the broker's
 // transaction.max.timeout.ms (15 minutes by default) is usually lower and refuses more with
 // INVALID_TRANSACTION_TIMEOUT.

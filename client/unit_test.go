@@ -180,6 +180,24 @@ func TestOptionValidation(t *testing.T) {
 	}
 }
 
+// TestDefaultProducer: the defaults tools print (bench/peers' report, the CLI's help) are the ones a
+// producer without options gets.
+func TestDefaultProducer(t *testing.T) {
+	cfg, err := newProducerConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := DefaultProducer()
+	want := ProducerDefaults{Acks: cfg.acks, Linger: cfg.linger, BatchBytes: cfg.batchBytes, MaxBufferedBytes: cfg.maxBuffered,
+		MaxRequestBytes: cfg.maxRequestBytes, MaxInFlight: cfg.maxInFlight, DeliveryTimeout: cfg.deliveryTimeout, Idempotence: cfg.idempotence}
+	if got != want {
+		t.Fatalf("DefaultProducer() = %+v, a producer without options has %+v", got, want)
+	}
+	if got.MaxBufferedBytes != 32<<20 || got.BatchBytes != 1<<20 || got.MaxInFlight != 5 || got.Acks != AcksAll || !got.Idempotence {
+		t.Fatalf("defaults changed: %+v; update docs/benchmarks.md and docs/configuration.md with them", got)
+	}
+}
+
 func TestOffsetsRecordsErrors(t *testing.T) {
 	if (Offset{}) != OffsetEarliest() || OffsetAt(-5) != OffsetEarliest() {
 		t.Error("zero or negative offset is not earliest")

@@ -30,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/runnel-io/runnel/bench/internal/ceiling"
 	"github.com/runnel-io/runnel/bench/report"
 	"github.com/runnel-io/runnel/client"
@@ -170,7 +171,7 @@ func groups(o options) []group {
 	natsVer := versionOf(o.natsBin, `v?\d+\.\d+\.\d+`, "--version")
 	redisVer := versionOf(o.redisBin, `v=\S+`, "--version")
 	redisVer = strings.TrimPrefix(redisVer, "v=")
-	sdk := "runnel client/ (this tree), SDK defaults: linger 0 (a batch goes when a request slot is free), 1 MiB batches, 64 MiB buffer, 5 requests in flight"
+	sdk := "runnel client/ (this tree), SDK defaults: " + sdkDefaults(client.DefaultProducer())
 	runnelDrv := func(acks client.Acks) func(server) (Driver, error) {
 		return func(s server) (Driver, error) { return newRunnelDriver(s.(*runnelServer).brokers, acks) }
 	}
@@ -434,4 +435,15 @@ func run(ctx context.Context, o options) error {
 	}
 	logf("wrote %s", filepath.Join(o.out, "report.md"))
 	return nil
+}
+
+// sdkDefaults describes the Runnel SDK's producer defaults the harness runs with (it sets no option but
+// acks), read from the SDK so the report states what ran.
+func sdkDefaults(d client.ProducerDefaults) string {
+	linger := "linger " + d.Linger.String()
+	if d.Linger == 0 {
+		linger = "linger 0 (a batch goes when a request slot is free)"
+	}
+	return fmt.Sprintf("%s, %s batches, %s buffer, %d requests in flight", linger,
+		humanize.IBytes(uint64(d.BatchBytes)), humanize.IBytes(uint64(d.MaxBufferedBytes)), d.MaxInFlight)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/runnel-io/runnel/bench/report"
+	"github.com/runnel-io/runnel/client"
 )
 
 // These tests never start a server: running the systems is the benchmark's job (make bench-compare).
@@ -154,6 +155,23 @@ func TestMedianPass(t *testing.T) {
 	} {
 		if got := medianPass(c.passes); got.elapsed != time.Duration(c.want)*time.Millisecond || got.bytes != int64(c.want) {
 			t.Errorf("medianPass(%v) = %v, want the %d ms pass", c.passes, got, c.want)
+		}
+	}
+}
+
+// TestSDKDefaults: the report states the SDK settings the Runnel runs had, from the SDK itself.
+func TestSDKDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		d    client.ProducerDefaults
+		want string
+	}{
+		{client.ProducerDefaults{BatchBytes: 1 << 20, MaxBufferedBytes: 32 << 20, MaxInFlight: 5},
+			"linger 0 (a batch goes when a request slot is free), 1.0 MiB batches, 32 MiB buffer, 5 requests in flight"},
+		{client.ProducerDefaults{Linger: 5 * time.Millisecond, BatchBytes: 16 << 10, MaxBufferedBytes: 64 << 20, MaxInFlight: 1},
+			"linger 5ms, 16 KiB batches, 64 MiB buffer, 1 requests in flight"},
+	} {
+		if got := sdkDefaults(tc.d); got != tc.want {
+			t.Errorf("sdkDefaults(%+v) = %q, want %q", tc.d, got, tc.want)
 		}
 	}
 }

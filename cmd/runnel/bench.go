@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/runnel-io/runnel/api/rerr"
 	"github.com/runnel-io/runnel/client"
 	"github.com/spf13/cobra"
@@ -198,7 +199,7 @@ func newBenchProduceCmd(a *app, bf *benchFlags) *cobra.Command {
 --partitions if missing, from --producers concurrent producers, and report records/s, MB/s and the
 latency from handing each record to the producer to its acknowledgement (p50, p99, p99.9, max).
 
-Without --rate the producers go as fast as they can, so the buffer (32 MiB) stays full and the latency
+Without --rate the producers go as fast as they can, so the buffer (` + sdkBuffer + `) stays full and the latency
 is mostly time spent queued in it: use --rate below the maximum throughput to measure latency under
 a given load (as Kafka's producer-perf-test --throughput). Paced, each record's latency runs from the
 time the schedule meant to send it (coordinated omission corrected, as wrk2 does): when the producer
@@ -305,8 +306,9 @@ records/s with a run without --transactional (idempotent, the default) to see wh
 	fs.Float64Var(&rateLimit, "rate", 0, "target records/s over all producers (0: as fast as possible); latency is only meaningful below saturation")
 	fs.BoolVar(&txnal, "transactional", false, "produce in transactions (each producer its own transactional id), committing every --txn-interval")
 	fs.DurationVar(&txnEvery, "txn-interval", 100*time.Millisecond, "with --transactional: how often each producer commits its transaction")
-	fs.Int64Var(&bufBytes, "buffer-bytes", 0, "cap on each producer's buffered bytes (0: the SDK default, 32 MiB)")
-	fs.IntVar(&inFlight, "max-in-flight", 0, "produce requests in flight per broker (0: the SDK default, 5)")
+	sdk := client.DefaultProducer()
+	fs.Int64Var(&bufBytes, "buffer-bytes", sdk.MaxBufferedBytes, "cap on each producer's buffered bytes (the default is the SDK's, "+sdkBuffer+")")
+	fs.IntVar(&inFlight, "max-in-flight", sdk.MaxInFlight, "produce requests in flight per broker (the default is the SDK's)")
 	pf.register(cmd)
 	return cmd
 }
@@ -460,6 +462,9 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 	}
 	return st, h, elapsed, nil
 }
+
+// sdkBuffer is the SDK's default producer buffer, as the help texts give it.
+var sdkBuffer = humanize.IBytes(uint64(client.DefaultProducer().MaxBufferedBytes))
 
 // clockEvery is how many records bench produce stamps with one clock read.
 const clockEvery = 16

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dustin/go-humanize"
 	"github.com/runnel-io/runnel/client"
 	"github.com/spf13/cobra"
 )
@@ -25,8 +26,9 @@ func (f *producerFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.acks, "acks", "all", "when a record counts as written: all (in every in-sync replica, and fsynced on the leader unless it runs --no-fsync), 1 (leader wrote it), 0 (no answer)")
 	fs.StringVar(&f.compression, "compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
-	fs.DurationVar(&f.linger, "linger", 0, "how long a batch waits for more records before it is sent (default: the SDK's, 0: sent as soon as a request slot is free)")
-	fs.IntVar(&f.batchBytes, "batch-bytes", 0, "largest batch per partition in bytes (0: the SDK default)")
+	sdk := client.DefaultProducer()
+	fs.DurationVar(&f.linger, "linger", sdk.Linger, "how long a batch waits for more records before it is sent (the default is the SDK's; 0: sent as soon as a request slot is free)")
+	fs.IntVar(&f.batchBytes, "batch-bytes", sdk.BatchBytes, "largest batch per partition in bytes (the default is the SDK's, "+humanize.IBytes(uint64(sdk.BatchBytes))+")")
 }
 
 // options turns the flags into SDK options; only flags the user set override the SDK's defaults.
