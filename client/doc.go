@@ -11,6 +11,11 @@
 //	err = p.ProduceSync(ctx, client.NewRecord("orders", key, value))
 //	p.Close() // flushes
 //
+//	pool := recordpool.New(func(r *client.Record, err error) { ... }) // at high rates: records reused in blocks
+//	r, promise := pool.Next()
+//	r.Topic, r.Partition, r.Value = "orders", -1, value
+//	p.Produce(ctx, r, promise)
+//
 //	c, err := client.NewConsumer([]string{"127.0.0.1:7070"})
 //	err = c.Assign("orders", 0, client.OffsetEarliest())
 //	recs, err := c.Poll(ctx)

@@ -16,6 +16,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/runnel-io/runnel/api/rerr"
 	"github.com/runnel-io/runnel/client"
+	"github.com/runnel-io/runnel/client/recordpool"
 	"github.com/spf13/cobra"
 )
 
@@ -356,18 +357,15 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 	}
 	st := &produceStats{commitLat: &histogram{}}
 	h := &histogram{}
-	// Each producer recycles its own records, so producers do not contend for one list.
-	promiseOf := func(recs *recordRecycler) func(*client.Record, error) {
-		return func(r *client.Record, err error) {
-			if err != nil {
-				st.fail(fmt.Errorf("record for partition %d: %w", r.Partition, err))
-			} else {
-				h.Record(time.Since(r.Timestamp))
-				st.acked.Add(1)
-				st.ackedBytes.Add(int64(len(r.Key) + len(r.Value)))
-			}
-			recs.put(r)
+	// Each producer recycles its own records (recordpool), so producers do not contend for one list.
+	done := func(r *client.Record, err error) {
+		if err != nil {
+			st.fail(fmt.Errorf("record for partition %d: %w", r.Partition, err))
+			return
 		}
+		h.Record(time.Since(r.Timestamp))
+		st.acked.Add(1)
+		st.ackedBytes.Add(int64(len(r.Key) + len(r.Value)))
 	}
 	var remaining atomic.Int64
 	remaining.Store(bf.count)
@@ -385,10 +383,8 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(w), rand.Uint64()))
 			nextCommit := time.Now().Add(txnEvery)
-			recs := new(recordRecycler)
-			promise := promiseOf(recs)
+			recs := recordpool.New(done)
 			var (
-				free  []*client.Record // records to reuse, taken from recs in bulk
 				now   time.Time
 				stamp time.Time                           // the records' timestamp, from which latency is measured
 				off   = rng.IntN(len(payload) - size + 1) // where the previous value started
@@ -421,11 +417,7 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 						nextCommit = time.Now().Add(txnEvery)
 					}
 				}
-				if len(free) == 0 {
-					free = recs.take(free)
-				}
-				r := free[len(free)-1]
-				free = free[:len(free)-1]
+				r, promise := recs.Next()
 				r.Topic, r.Partition = bf.topic, -1
 				// Consecutive slices of the buffer, from a random start: every value differs, and
 				// reading them is sequential, as reading values an application has just encoded is.
@@ -509,41 +501,6 @@ func (bp *benchPacer) next(i int, now time.Time) (stamp, after time.Time) {
 		now = bp.clock()
 	}
 	return stamp, now
-}
-
-// recordRecycler hands the Records whose promises ran back to the producing goroutines: promises put
-// them one at a time, producers take them all at once when their own stock is out. A sync.Pool cost
-// this benchmark over a tenth of its CPU, as records are put on the goroutine reading answers and got
-// on another, which then steals them one by one, and it drops them at every garbage collection.
-type recordRecycler struct {
-	mu   sync.Mutex
-	free []*client.Record
-}
-
-func (rr *recordRecycler) put(r *client.Record) {
-	*r = client.Record{}
-	rr.mu.Lock()
-	rr.free = append(rr.free, r)
-	rr.mu.Unlock()
-}
-
-// take returns the records put since the last take, or new ones when none were; buf (empty) is the
-// caller's previous stock, handed over for reuse as the recycler's next list.
-func (rr *recordRecycler) take(buf []*client.Record) []*client.Record {
-	rr.mu.Lock()
-	got := rr.free
-	rr.free = buf[:0]
-	rr.mu.Unlock()
-	if len(got) > 0 {
-		return got
-	}
-	const chunk = 256
-	rs := make([]client.Record, chunk)
-	got = got[:0]
-	for i := range rs {
-		got = append(got, &rs[i])
-	}
-	return got
 }
 
 func newBenchConsumeCmd(a *app, bf *benchFlags) *cobra.Command {

@@ -1,0 +1,158 @@
+package recordpool
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/runnel-io/runnel/client"
+)
+
+// TestAddressOrder: a block's records are handed out one after the other in memory, all with the same
+// promise, and the next block starts once the block is used up.
+func TestAddressOrder(t *testing.T) {
+	p := New(func(*client.Record, error) {})
+	first, promise := p.Next()
+	prev := first
+	for i := 1; i < BlockSize; i++ {
+		r, pr := p.Next()
+		if uintptr(unsafe.Pointer(r)) != uintptr(unsafe.Pointer(prev))+unsafe.Sizeof(client.Record{}) {
+			t.Fatalf("record %d at %p does not follow record %d at %p", i, r, i-1, prev)
+		}
+		if funcID(pr) != funcID(promise) {
+			t.Fatalf("record %d has another promise than the block's first", i)
+		}
+		prev = r
+	}
+	next, pr := p.Next()
+	if funcID(pr) == funcID(promise) {
+		t.Fatal("the block after a full one has the same promise")
+	}
+	if next == first {
+		t.Fatal("a block whose promises have not run was handed out again")
+	}
+}
+
+// TestBlockComesBackWhenAllPromisesRan: a block is reused only once every one of its records' promises
+// has run, each promise calls done with the record and the error first, and reused records are zeroed.
+func TestBlockComesBackWhenAllPromisesRan(t *testing.T) {
+	var got []*client.Record
+	var errs []error
+	p := New(func(r *client.Record, err error) {
+		got = append(got, r)
+		errs = append(errs, err)
+	})
+	a := make([]*client.Record, BlockSize)
+	var promiseA func(*client.Record, error)
+	for i := range a {
+		a[i], promiseA = p.Next()
+		a[i].Topic, a[i].Value, a[i].Offset = "t", []byte("v"), int64(i)
+	}
+	boom := errors.New("boom")
+	for i := range BlockSize - 1 {
+		promiseA(a[i], boom)
+	}
+	if len(got) != BlockSize-1 || got[3] != a[3] || !errors.Is(errs[3], boom) {
+		t.Fatalf("done saw %d records (want %d), the fourth %p (want %p), err %v", len(got), BlockSize-1, got[3], a[3], errs[3])
+	}
+	// Block A still has a record in flight: the next block is a new one.
+	b := make([]*client.Record, BlockSize)
+	var promiseB func(*client.Record, error)
+	for i := range b {
+		b[i], promiseB = p.Next()
+		if b[i] == a[0] {
+			t.Fatal("block A handed out again with a promise still to run")
+		}
+	}
+	promiseA(a[BlockSize-1], nil)
+	for i := range BlockSize {
+		promiseB(b[i], nil)
+	}
+	// Both blocks are free now; the one freed last (B) comes first, then A.
+	r, _ := p.Next()
+	if r != b[0] {
+		t.Fatalf("got %p, want the first record of the block freed last, %p", r, b[0])
+	}
+	for range BlockSize - 1 {
+		p.Next()
+	}
+	r, _ = p.Next()
+	if r != a[0] {
+		t.Fatalf("got %p, want the first record of block A, %p", r, a[0])
+	}
+	if r.Topic != "" || r.Value != nil || r.Offset != 0 {
+		t.Fatalf("a reused record is not zeroed: %+v", *r)
+	}
+}
+
+// TestConcurrentPromises: promises run on other goroutines than Next's, as a producer's answers come
+// in; no record is handed out while its promise has not run, and every promise reaches done once.
+func TestConcurrentPromises(t *testing.T) {
+	const n = 200_000
+	var (
+		mu    sync.Mutex
+		inUse = map[*client.Record]bool{}
+		done  int
+	)
+	p := New(func(r *client.Record, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !inUse[r] {
+			t.Errorf("promise of %p, which was not in use", r)
+		}
+		inUse[r] = false
+		done++
+	})
+	type sent struct {
+		r       *client.Record
+		promise func(*client.Record, error)
+	}
+	work := make(chan []sent, 64)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for batch := range work {
+				for i := len(batch) - 1; i >= 0; i-- { // out of order, as answers to other partitions
+					batch[i].promise(batch[i].r, nil)
+				}
+			}
+		}()
+	}
+	var batch []sent
+	for i := range n {
+		r, promise := p.Next()
+		mu.Lock()
+		if inUse[r] {
+			mu.Unlock()
+			t.Fatalf("record %d: %p handed out while its promise has not run", i, r)
+		}
+		inUse[r] = true
+		mu.Unlock()
+		r.Offset = int64(i)
+		batch = append(batch, sent{r, promise})
+		if len(batch) == 100 {
+			work <- batch
+			batch = nil
+		}
+	}
+	work <- batch
+	close(work)
+	wg.Wait()
+	if done != n {
+		t.Fatalf("done ran %d times, want %d", done, n)
+	}
+	p.mu.Lock()
+	blocks := len(p.free)
+	p.mu.Unlock()
+	if blocks == 0 || blocks > n/BlockSize+1 {
+		t.Fatalf("%d free blocks after every promise ran", blocks)
+	}
+}
+
+// funcID tells promises apart: two closures over different blocks have different contexts.
+func funcID(f func(*client.Record, error)) uintptr {
+	return *(*uintptr)(unsafe.Pointer(&f))
+}
