@@ -8,8 +8,9 @@
 // the promises ran, which for keyed records is partition by partition rather than the order they were
 // sent, every record missed the caches when it was filled, and the store that missed held up the
 // producer's next atomic operation: about a fifth of `runnel bench produce --keys`'s producing
-// goroutine (docs/performance.md, "Keyed records, and records handed out in address order"). Given out block by block
-// in address order, filling them streams through memory, which the hardware prefetcher runs ahead of.
+// goroutine (docs/performance.md, "Keyed records, and records handed out in address order"). Given
+// out block by block in address order, filling them streams through memory, which the hardware
+// prefetcher runs ahead of.
 package recordpool
 
 import (
