@@ -308,8 +308,8 @@ records/s with a run without --transactional (idempotent, the default) to see wh
 	fs.BoolVar(&txnal, "transactional", false, "produce in transactions (each producer its own transactional id), committing every --txn-interval")
 	fs.DurationVar(&txnEvery, "txn-interval", 100*time.Millisecond, "with --transactional: how often each producer commits its transaction")
 	sdk := client.DefaultProducer()
-	fs.Int64Var(&bufBytes, "buffer-bytes", sdk.MaxBufferedBytes, "cap on each producer's buffered bytes (the default is the SDK's, "+sdkBuffer+")")
-	fs.IntVar(&inFlight, "max-in-flight", sdk.MaxInFlight, "produce requests in flight per broker (the default is the SDK's)")
+	fs.Int64Var(&bufBytes, "buffer-bytes", sdk.MaxBufferedBytes, "cap on each producer's buffered bytes (the SDK's default: "+sdkBuffer+")")
+	fs.IntVar(&inFlight, "max-in-flight", sdk.MaxInFlight, "produce requests in flight per broker (the SDK's default)")
 	pf.register(cmd)
 	return cmd
 }
