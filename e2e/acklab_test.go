@@ -30,7 +30,8 @@ func TestAcknowledgementLab(t *testing.T) {
 	c := startCluster(t, 4, 1)
 	adm := c.admin()
 	ctx := context.Background()
-	if _, err := adm.CreateTopic(ctx, "lab", 8, 3, nil); err != nil {
+	topicID, err := adm.CreateTopic(ctx, "lab", 8, 3, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The admin client may ask another node than the one that created the topic (after a retriable
@@ -57,7 +58,7 @@ func TestAcknowledgementLab(t *testing.T) {
 	}{{"acks=all", client.AcksAll}, {"acks=1", client.AcksLeader}, {"acks=0", client.AcksNone}}
 	for i, mode := range modes {
 		part := parts[0]
-		acked, survived := runLab(t, c, part, mode.acks)
+		acked, survived := runLab(t, c, topicID, part, mode.acks)
 		t.Logf("%s: acknowledged %v, in the log after the failover %v", mode.name, acked, survived)
 		var lost []int
 		for _, r := range acked {
@@ -91,7 +92,7 @@ func TestAcknowledgementLab(t *testing.T) {
 		if err := adm.DeleteTopic(ctx, "lab"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := adm.CreateTopic(ctx, "lab", 8, 3, nil); err != nil {
+		if topicID, err = adm.CreateTopic(ctx, "lab", 8, 3, nil); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, 10*time.Second, "the new lab topic's leaders", func() error {
@@ -106,7 +107,9 @@ func TestAcknowledgementLab(t *testing.T) {
 		})
 		waitFor(t, 10*time.Second, "describe the new lab topic", func() error {
 			var err error
-			d, err = adm.DescribeTopic(ctx, "lab")
+			if d, err = adm.DescribeTopic(ctx, "lab"); err == nil && d.TopicID != topicID {
+				err = fmt.Errorf("topic id %s, want %s", d.TopicID, topicID)
+			}
 			return err
 		})
 		parts = parts[:0]
@@ -121,15 +124,23 @@ func TestAcknowledgementLab(t *testing.T) {
 	}
 }
 
-// runLab plays the lab once on partition part of topic lab and returns the record numbers that were
-// acknowledged and those in the partition at the end.
-func runLab(t *testing.T, c *cluster, part int32, acks client.Acks) (acked, survived []int) {
+// runLab plays the lab once on partition part of topic lab (whose id is topicID) and returns the record
+// numbers that were acknowledged and those in the partition at the end.
+func runLab(t *testing.T, c *cluster, topicID string, part int32, acks client.Acks) (acked, survived []int) {
 	t.Helper()
 	ctx := context.Background()
-	d, err := c.admin().DescribeTopic(ctx, "lab")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A new admin client may ask another node than the caller's, one the re-created topic has not
+	// reached yet (it answers that lab does not exist, or describes the lab deleted before): wait for
+	// the topic created last there too.
+	adm := c.admin()
+	var d *client.TopicDescription
+	waitFor(t, 10*time.Second, "describe the lab topic", func() error {
+		var err error
+		if d, err = adm.DescribeTopic(ctx, "lab"); err == nil && d.TopicID != topicID {
+			err = fmt.Errorf("topic id %s, want %s", d.TopicID, topicID)
+		}
+		return err
+	})
 	leader := d.Partitions[part].LeaderID
 	var followers []int32
 	for _, r := range d.Partitions[part].Replicas {
