@@ -1,6 +1,13 @@
 // Package recordpool recycles client.Records for a loop that produces at a high rate: it hands them
 // out in address order, a block at a time, and takes a block back once the promises of all its records
-// have run.
+// have run. One Pool serves one producing goroutine:
+//
+//	pool := recordpool.New(func(r *client.Record, err error) { ... }) // r is reused once this returns
+//	for ... {
+//		r, promise := pool.Next()
+//		r.Topic, r.Partition, r.Key, r.Value = "orders", -1, key, value // -1: the partitioner picks
+//		p.Produce(ctx, r, promise)
+//	}
 //
 // Why blocks: a producer at full speed has hundreds of thousands of records in flight (its buffer, 32
 // MiB by default, holds about 300,000 records of 100 bytes), so a record whose promise has just run was
@@ -47,7 +54,11 @@ type Pool struct {
 
 // New returns a Pool whose promises call done(r, err) with each record's outcome, as
 // client.Producer.Produce reports it; the record is reused once done returns, so done must not keep it.
+// done may be nil, as Produce's promise may: the outcomes are then not looked at.
 func New(done func(r *client.Record, err error)) *Pool {
+	if done == nil {
+		done = func(*client.Record, error) {}
+	}
 	return &Pool{done: done}
 }
 

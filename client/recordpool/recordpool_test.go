@@ -183,3 +183,19 @@ func TestBlockReusedAgain(t *testing.T) {
 func funcID(f func(*client.Record, error)) uintptr {
 	return *(*uintptr)(unsafe.Pointer(&f))
 }
+
+// TestNilDone: as Produce's promise may be nil, so may done; the records still come back.
+func TestNilDone(t *testing.T) {
+	p := New(nil)
+	recs := make([]*client.Record, BlockSize)
+	var promise func(*client.Record, error)
+	for i := range recs {
+		recs[i], promise = p.Next()
+	}
+	for _, r := range recs {
+		promise(r, errors.New("failed"))
+	}
+	if r, _ := p.Next(); r != recs[0] {
+		t.Fatalf("got %p after every promise ran, want the block back (%p)", r, recs[0])
+	}
+}

@@ -237,9 +237,15 @@ records/s with a run without --transactional (idempotent, the default) to see wh
 				return err
 			}
 			if cmd.Flags().Changed("buffer-bytes") {
+				if batchBytes := pf.effectiveBatchBytes(cmd); bufBytes < int64(batchBytes) {
+					return &usageError{fmt.Errorf("--buffer-bytes %d: must be at least the batch size, --batch-bytes (%d)", bufBytes, batchBytes)}
+				}
 				opts = append(opts, client.WithMaxBufferedBytes(bufBytes))
 			}
 			if cmd.Flags().Changed("max-in-flight") {
+				if inFlight < 1 {
+					return &usageError{fmt.Errorf("--max-in-flight %d: must be at least 1", inFlight)}
+				}
 				opts = append(opts, client.WithMaxInFlight(inFlight))
 			}
 			interval := time.Duration(0)

@@ -27,8 +27,16 @@ func (f *producerFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.acks, "acks", "all", "when a record counts as written: all (in every in-sync replica, and fsynced on the leader unless it runs --no-fsync), 1 (leader wrote it), 0 (no answer)")
 	fs.StringVar(&f.compression, "compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
 	sdk := client.DefaultProducer()
-	fs.DurationVar(&f.linger, "linger", sdk.Linger, "how long a batch waits for more records before it is sent (the SDK's default; 0: sent as soon as a request slot is free)")
+	fs.DurationVar(&f.linger, "linger", sdk.Linger, "how long a batch waits for more records before it is sent (the SDK's default: "+sdk.Linger.String()+"; 0: sent as soon as a request slot is free)")
 	fs.IntVar(&f.batchBytes, "batch-bytes", sdk.BatchBytes, "largest batch per partition in bytes (the SDK's default: "+humanize.IBytes(uint64(sdk.BatchBytes))+")")
+}
+
+// effectiveBatchBytes is the batch size the producers will use: --batch-bytes when given, else the SDK's.
+func (f *producerFlags) effectiveBatchBytes(cmd *cobra.Command) int {
+	if cmd.Flags().Changed("batch-bytes") {
+		return f.batchBytes
+	}
+	return client.DefaultProducer().BatchBytes
 }
 
 // options turns the flags into SDK options; only flags the user set override the SDK's defaults.

@@ -142,10 +142,28 @@ func (a *app) brokerList() ([]string, error) {
 func args(min, max int, what string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, a []string) error {
 		if len(a) < min || (max >= 0 && len(a) > max) {
-			return &usageError{fmt.Errorf("%s: expected %s, got %d argument(s)\nUsage: %s", cmd.CommandPath(), what, len(a), cmd.UseLine())}
+			hint := ""
+			if max >= 0 && len(a) > max {
+				hint = optionalValueHint(cmd, a[max])
+			}
+			return &usageError{fmt.Errorf("%s: expected %s, got %d argument(s)%s\nUsage: %s", cmd.CommandPath(), what, len(a), hint, cmd.UseLine())}
 		}
 		return nil
 	}
+}
+
+// optionalValueHint explains a surplus argument that was likely meant as the value of a flag whose
+// value is optional (such as bench produce's --keys): pflag takes such a value only after "=", so
+// "--keys 500" sets --keys to its default and leaves 500 as an argument. Empty when no such flag was
+// given at its default.
+func optionalValueHint(cmd *cobra.Command, arg string) string {
+	hint := ""
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		if hint == "" && f.NoOptDefVal != "" && f.Value.String() == f.NoOptDefVal {
+			hint = fmt.Sprintf(" (--%s takes a value only after \"=\": --%s=%s)", f.Name, f.Name, arg)
+		}
+	})
+	return hint
 }
 
 // groupArgs rejects arguments to a command that only groups sub-commands: they name an unknown verb.
