@@ -150,7 +150,7 @@ func readPartition(p *plog.Partition, offset int64, limit int, first bool, end i
 	if offset < 0 {
 		return nil, rerr.New(runnelv1.ErrorCode_OFFSET_OUT_OF_RANGE, "negative fetch offset %d", offset)
 	}
-	buf := recordBufs.get(readBufSize(p, offset, end, limit))
+	buf := recordBufs.GetCap(readBufSize(p, offset, end, limit))
 	recs, err := p.ReadUpTo(*buf, offset, limit, end)
 	if err != nil || len(recs) == 0 || !first && len(recs) > limit {
 		recordBufs.Put(buf) // recs (nothing or an error) did not use it

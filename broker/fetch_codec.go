@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"math/bits"
-	"sync"
-
+	"github.com/runnel-io/runnel/api/grpcbuf"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/plog"
 	"google.golang.org/grpc"
@@ -32,58 +30,8 @@ import (
 // to the garbage collector.
 
 // recordBufs pools the buffers of fetch answers' records, and those of decoded produce requests
-// (produce_codec.go).
-var recordBufs recordBufPool
-
-// Size classes of recordBufs: powers of two from 4 KiB to MaxFetchBytes (a read rarely wastes much:
-// a full read is the partition limit, 1 MiB by default, a class size). Smaller requests get 4 KiB;
-// larger ones are allocated exactly and not pooled.
-const (
-	minRecordBufShift = 12
-	maxRecordBufShift = 26 // MaxFetchBytes
-)
-
-// recordBufPool is a mem.BufferPool of byte slices in power-of-two size classes. Buffers are not
-// cleared: every user overwrites what it reads (plog appends whole batches to a zero-length slice).
-type recordBufPool struct {
-	classes [maxRecordBufShift + 1]sync.Pool // of *[]byte with cap >= 1<<class
-}
-
-var _ mem.BufferPool = (*recordBufPool)(nil)
-
-// Get returns a buffer of length n (its contents are left over from earlier use). mem.BufferPool.
-func (p *recordBufPool) Get(n int) *[]byte {
-	b := p.get(n)
-	*b = (*b)[:n]
-	return b
-}
-
-// get returns a buffer of length 0 and capacity at least n.
-func (p *recordBufPool) get(n int) *[]byte {
-	if n > 1<<maxRecordBufShift {
-		b := make([]byte, 0, n)
-		return &b
-	}
-	class := max(minRecordBufShift, bits.Len(uint(max(n, 1)-1))) // the least c with 1<<c >= n
-	if v := p.classes[class].Get(); v != nil {
-		b := v.(*[]byte)
-		*b = (*b)[:0]
-		return b
-	}
-	b := make([]byte, 0, 1<<class)
-	return &b
-}
-
-// Put takes a buffer back, in the largest class its capacity covers. mem.BufferPool.
-func (p *recordBufPool) Put(b *[]byte) {
-	c := cap(*b)
-	if c < 1<<minRecordBufShift {
-		return
-	}
-	class := min(maxRecordBufShift, bits.Len(uint(c))-1) // the greatest c' with 1<<c' <= c
-	*b = (*b)[:0]
-	p.classes[class].Put(b)
-}
+// (produce_codec.go): the process's uncleared pool, which the node's gRPC server reads frames into too.
+var recordBufs = grpcbuf.Shared
 
 // readBufSize estimates the bytes a read of p from offset up to end will return, at most limit: the
 // partition's average bytes per offset (its stored bytes over its offsets) times the offsets asked
@@ -178,7 +126,7 @@ func marshalFetchResponse(resp *runnelv1.FetchResponse) (mem.BufferSlice, error)
 			out = append(out, mem.SliceBuffer(small[from:len(small):len(small)]))
 			from = len(small)
 			recs := r.Records
-			out = append(out, mem.NewBuffer(&recs, &recordBufs))
+			out = append(out, mem.NewBuffer(&recs, recordBufs))
 		}
 		for _, a := range r.AbortedTransactions {
 			small = protowire.AppendTag(small, runnelv1.FieldResultAbortedTransactions, protowire.BytesType)

@@ -95,27 +95,3 @@ func referenced(out mem.BufferSlice, b []byte) bool {
 	}
 	return false
 }
-
-// TestRecordBufPoolSizes checks the size classes: a buffer from the pool holds what was asked for, and
-// one put back lands in a class its capacity covers.
-func TestRecordBufPoolSizes(t *testing.T) {
-	var p recordBufPool
-	for _, n := range []int{0, 1, 4095, 4096, 4097, 1 << 20, 1<<20 + 1, 1 << maxRecordBufShift, 1<<maxRecordBufShift + 1} {
-		b := p.get(n)
-		if len(*b) != 0 || cap(*b) < n {
-			t.Fatalf("get(%d): len %d cap %d", n, len(*b), cap(*b))
-		}
-		if g := p.Get(n); len(*g) != n {
-			t.Fatalf("Get(%d): len %d", n, len(*g))
-		}
-		p.Put(b)
-	}
-	// A buffer whose capacity is not a class size (append grew it) serves only requests it can hold.
-	odd := make([]byte, 10, 6000)
-	p.Put(&odd)
-	for range 100 {
-		if b := p.get(5000); cap(*b) < 5000 {
-			t.Fatalf("get(5000) returned a buffer of capacity %d", cap(*b))
-		}
-	}
-}

@@ -8,11 +8,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runnel-io/runnel/api/grpcbuf"
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 )
 
 // cluster is the one place that dials brokers and the one place that decides retries. Producer,
@@ -82,6 +84,8 @@ func (c *cluster) dial(addr string) (*grpc.ClientConn, error) {
 		grpc.WithInitialConnWindowSize(16 << 20),
 		grpc.WithReadBufferSize(256 << 10),
 		grpc.WithWriteBufferSize(256 << 10),
+		// Received frames are read into buffers that are not cleared first (api/grpcbuf).
+		experimental.WithBufferPool(grpcbuf.Shared),
 		// A broker that accepts connections but does not answer (paused, overloaded) fails the
 		// connection attempt after connectTimeout, and the calls waiting on it with it, so the retry
 		// goes to another broker instead of spending the whole request timeout on this one (gRPC's

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/runnel-io/runnel/api/grpcbuf"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker"
 	"github.com/runnel-io/runnel/broker/meta"
@@ -20,6 +21,7 @@ import (
 	"github.com/runnel-io/runnel/platform/membership"
 	"github.com/runnel-io/runnel/platform/quorum"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -145,6 +147,8 @@ func (n *Node) Start() (err error) {
 		grpc.MaxSendMsgSize(broker.MaxMessageBytes),
 		// Fetch answers go out with their records referenced, not copied (broker/fetch_codec.go).
 		broker.ServerCodec(),
+		// Received frames are read into buffers that are not cleared first (api/grpcbuf).
+		experimental.BufferPool(grpcbuf.Shared),
 		// Produce streams and long polls live long; keep idle connections up and notice dead peers.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),

@@ -21,9 +21,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runnel-io/runnel/api/grpcbuf"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 )
 
 // Result is one ceiling: its name, bandwidth (MB = 10^6 bytes) and how it was measured.
@@ -97,16 +99,17 @@ func GRPCStream(size int, dur time.Duration) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(size + 1<<20))
+	// The node's buffer pool (api/grpcbuf): the ceiling is the transport the node actually gets.
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(size+1<<20), experimental.BufferPool(grpcbuf.Shared))
 	runnelv1.RegisterRecordsServer(srv, sink{})
 	go srv.Serve(ln)
 	defer srv.Stop()
 	// The dial options the SDK uses (client/cluster.go), so the ceiling is the transport Runnel's
-	// clients actually get; the server keeps gRPC's defaults, as the node does.
+	// clients actually get.
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(size+1<<20)),
 		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(16<<20),
-		grpc.WithReadBufferSize(256<<10), grpc.WithWriteBufferSize(256<<10))
+		grpc.WithReadBufferSize(256<<10), grpc.WithWriteBufferSize(256<<10), experimental.WithBufferPool(grpcbuf.Shared))
 	if err != nil {
 		return Result{}, err
 	}
