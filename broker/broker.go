@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runnel-io/runnel/api/grpcbuf"
 	"github.com/runnel-io/runnel/api/rerr"
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/broker/meta"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/experimental"
 )
 
 // Limits of fetch sizes, in bytes. A fetch answer must fit the gRPC message cap (MaxMessageBytes).
@@ -494,11 +496,13 @@ func (b *Broker) ApplyRetention(now time.Time) int {
 }
 
 // peerDialOptions are the options of every connection to another broker: plaintext, messages up to
-// MaxMessageBytes, reconnects backing off from 100 ms to 1 s (a restarted leader is back within
+// MaxMessageBytes, frames read into uncleared buffers (api/grpcbuf: followers receive every
+// replicated byte), reconnects backing off from 100 ms to 1 s (a restarted leader is back within
 // seconds), then Config.DialOptions.
 func (b *Broker) peerDialOptions() []grpc.DialOption {
 	return append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes)),
+		experimental.WithBufferPool(grpcbuf.Shared),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6,
 			Jitter: 0.2, MaxDelay: time.Second}, MinConnectTimeout: time.Second})}, b.cfg.DialOptions...)
 }

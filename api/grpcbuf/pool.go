@@ -1,15 +1,18 @@
-// Package grpcbuf is the pool of byte buffers that the node's gRPC server and the SDK's connections
-// give gRPC (grpc/experimental.BufferPool and WithBufferPool), and that the broker keeps records in
-// (the records of decoded produce requests and of fetch answers, broker/produce_codec.go and
-// broker/fetch_codec.go).
+// Package grpcbuf is the pool of byte buffers that the node's gRPC server and the connections of the
+// SDK and of brokers to each other give gRPC (grpc/experimental.BufferPool and WithBufferPool), and
+// that the broker keeps records in (the records of decoded produce requests and of fetch answers,
+// broker/produce_codec.go and broker/fetch_codec.go).
 //
-// gRPC's default pool clears every buffer it hands out, and each received HTTP/2 data frame is read
-// into one: a pass over every byte produced to a node or fetched from it, 5 % of the node's CPU in a
-// profile at full produce speed (docs/performance.md). Every user of this pool writes a buffer before
-// reading it (a frame is read whole into its buffer, a socket read or a write batch is used up to its
-// count, a marshalled message fills its own, a fetch appends whole batches to a zero-length buffer),
-// and gRPC's transport already reads into uncleared pools of its own in places, so this pool does not
-// clear them.
+// gRPC's default pool clears every buffer it hands out, and each received HTTP/2 data frame over
+// 1 KiB is read into one: a pass over every byte produced to a node or fetched from it, 5 % of the
+// node's CPU samples at full produce speed (docs/performance.md). This pool does not clear. That is
+// safe because every user writes a buffer before reading it, checked in gRPC v1.85.0: a data frame
+// is read whole into its buffer (padding cut off), the receive buffer's compaction copies exactly the
+// bytes it asks for, decompression (mem.ReadAll) keeps only the bytes it read, mem.Copy fills its
+// copy; in Runnel, a produce request's records are copied whole out of the frames, and a fetch
+// appends whole batches to a zero-length buffer. gRPC's socket reads and write batches use uncleared
+// pools of its own already. The check must be made again when gRPC is upgraded: the option is
+// experimental, and mem.BufferPool promises nothing about zeroing.
 package grpcbuf
 
 import (
@@ -20,7 +23,8 @@ import (
 )
 
 // Size classes: powers of two from 4 KiB to 64 MiB (the broker's MaxFetchBytes, the largest fetch
-// answer). A smaller request gets 4 KiB; a larger one is allocated exactly and not pooled.
+// answer). A smaller request gets 4 KiB; a larger one is allocated exactly, and pooled, when put
+// back, with the 64 MiB class, which it covers.
 const (
 	MinShift = 12
 	MaxShift = 26

@@ -18,16 +18,27 @@ func TestPoolSizes(t *testing.T) {
 		}
 		p.Put(b)
 	}
-	// A buffer whose capacity is not a class size (append grew it) serves only requests it can hold.
-	for _, c := range []int{100, 6000, 20000, 40000, 3 << 20} {
+	// A buffer whose capacity is not a class size (append grew it) is filed under the largest class it
+	// covers, so every class hands out only buffers at least its size.
+	for _, c := range []int{100, 6000, 20000, 40000, 3 << 20, 70 << 20} {
 		odd := make([]byte, 10, c)
 		p.Put(&odd)
 	}
-	for range 100 {
-		for _, n := range []int{5000, 16<<10 + 1, 32<<10 + 1, 2<<20 + 1} {
-			if b := p.Get(n); len(*b) != n || cap(*b) < n {
-				t.Fatalf("Get(%d) returned len %d cap %d", n, len(*b), cap(*b))
+	for class := range p.classes {
+		for v := p.classes[class].Get(); v != nil; v = p.classes[class].Get() {
+			if b := v.(*[]byte); len(*b) != 0 || cap(*b) < 1<<class {
+				t.Fatalf("class %d (%d bytes) holds a buffer of len %d cap %d", class, 1<<class, len(*b), cap(*b))
 			}
+		}
+	}
+	// And what Get returns for a class's full size fits, whatever was put back.
+	for _, c := range []int{6000, 20000, 40000, 3 << 20} {
+		odd := make([]byte, 0, c)
+		p.Put(&odd)
+	}
+	for _, n := range []int{8 << 10, 32 << 10, 64 << 10, 4 << 20} {
+		if b := p.Get(n); len(*b) != n || cap(*b) < n {
+			t.Fatalf("Get(%d) returned len %d cap %d", n, len(*b), cap(*b))
 		}
 	}
 }
