@@ -229,32 +229,53 @@ func (RealClock) Sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// Pacer hands out the records of a Schedule as they become due. It never sends early: Next sleeps
-// until record i is due, and when the generator is late (the client blocked, the machine was busy) it
-// returns the overdue records at once, each with its intended time, so the lateness is counted.
+// Pacer hands out the records of a Schedule as they become due. With Early 0 it never sends early:
+// Next sleeps until record i is due. When the generator is late (the client blocked, the machine was
+// busy) it returns the overdue records at once, each with its intended time, so the lateness is
+// counted.
+//
+// A timer cannot sleep for less than tens of microseconds, and at a million records a second records
+// are due a microsecond apart: sleeping for each made the generator itself late, by milliseconds in
+// bursts, and that lateness was counted as the system's. With Early > 0, a record due at most Early
+// after the clock's reading is handed out at once, and its returned time is that reading, its actual
+// send, so its latency runs from when it was sent and is never understated; the pacer sleeps only
+// when the next record is due more than Early ahead, so it never runs more than Early ahead of the
+// schedule.
 type Pacer struct {
 	S     Schedule
 	Clock Clock
+	Early time.Duration
 	next  int64
+	last  time.Time // the clock's last reading
 }
 
-// Next waits until the next record is due and returns its index and intended send time; ok is false
-// when ctx ended first.
-func (p *Pacer) Next(ctx context.Context) (i int64, intended time.Time, ok bool) {
-	intended = p.S.At(p.next)
-	for {
-		if ctx.Err() != nil {
-			return 0, time.Time{}, false
+// Next waits until the next record is due (or, with Early, until it is due within Early) and returns
+// its index and the time its latency is measured from: the intended send time, or the actual send
+// time when that is earlier. ok is false when ctx ended first.
+func (p *Pacer) Next(ctx context.Context) (i int64, from time.Time, ok bool) {
+	intended := p.S.At(p.next)
+	from = intended
+	if intended.After(p.last) { // perhaps not due yet: read the clock (overdue records skip it)
+		for {
+			if ctx.Err() != nil {
+				return 0, time.Time{}, false
+			}
+			p.last = p.Clock.Now()
+			if !intended.After(p.last) {
+				break
+			}
+			if wait := intended.Sub(p.last); wait <= p.Early {
+				from = p.last
+				break
+			}
+			p.Clock.Sleep(ctx, intended.Sub(p.last))
 		}
-		now := p.Clock.Now()
-		if !intended.After(now) {
-			break
-		}
-		p.Clock.Sleep(ctx, intended.Sub(now))
+	} else if ctx.Err() != nil {
+		return 0, time.Time{}, false
 	}
 	i = p.next
 	p.next++
-	return i, intended, true
+	return i, from, true
 }
 
 // Recorder measures latency from the intended send time to completion, keeping only records whose

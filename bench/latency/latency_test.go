@@ -225,6 +225,51 @@ func TestPacerNeverEarlyAndCatchesUp(t *testing.T) {
 	}
 }
 
+// TestPacerEarly: with Early, records due within Early of the clock go out at once, measured from
+// the clock's reading (their actual send), never from a later time; the pacer sleeps only for a record
+// due further ahead, and never runs more than Early ahead of the schedule. Overdue records keep their
+// intended time.
+func TestPacerEarly(t *testing.T) {
+	start := time.Unix(0, 0)
+	clk := &sleepCounter{fakeClock: fakeClock{now: start}}
+	const early = 100 * time.Microsecond
+	p := &Pacer{S: Schedule{Start: start, Rate: 1e6}, Clock: clk, Early: early} // one record a microsecond
+	ctx := context.Background()
+	for k := 0; k < 5000; k++ {
+		i, from, ok := p.Next(ctx)
+		intended := start.Add(time.Duration(k) * time.Microsecond)
+		if !ok || i != int64(k) {
+			t.Fatalf("record %d: index %d ok %t", k, i, ok)
+		}
+		if from.After(intended) || from.After(clk.now) {
+			t.Fatalf("record %d: measured from %v, after its intended time %v or its send %v", k, from, intended, clk.now)
+		}
+		if intended.Sub(clk.now) > early {
+			t.Fatalf("record %d sent %v ahead of its time, more than Early", k, intended.Sub(clk.now))
+		}
+	}
+	// 5,000 records over 5 ms at most Early ahead: a sleep per Early's worth of records, not one each.
+	if clk.sleeps < 40 || clk.sleeps > 60 {
+		t.Fatalf("%d sleeps for 5,000 records due 1 µs apart with Early %v, want about 50", clk.sleeps, early)
+	}
+	clk.now = clk.now.Add(time.Second) // blocked: the next records are overdue and keep their times
+	_, from, _ := p.Next(ctx)
+	if want := start.Add(5000 * time.Microsecond); !from.Equal(want) {
+		t.Fatalf("overdue record measured from %v, want its intended %v", from, want)
+	}
+}
+
+// sleepCounter is a fakeClock that counts its sleeps.
+type sleepCounter struct {
+	fakeClock
+	sleeps int
+}
+
+func (c *sleepCounter) Sleep(ctx context.Context, d time.Duration) {
+	c.sleeps++
+	c.fakeClock.Sleep(ctx, d)
+}
+
 func TestRecorderWindow(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	r := &Recorder{From: t0, To: t0.Add(time.Second)}
