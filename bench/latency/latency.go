@@ -7,8 +7,9 @@
 // omission). The harness avoids it the way wrk2 and HdrHistogram's corrected mode do: each record has an
 // intended send time from a fixed Schedule (start + i/rate), the generator sends a record as soon as its
 // time has come, however late it is, and the latency of a record is measured from its intended send time,
-// not from the moment it was actually handed to the client. A stall then shows up as a ramp of large
-// latencies for every record that should have gone out during it.
+// not from the moment it was actually handed to the client (from its actual send only when that was
+// earlier, see Pacer.Early). A stall then shows up as a ramp of large latencies for every record that
+// should have gone out during it.
 //
 // Histogram is a log-linear histogram (as HdrHistogram with 2 significant digits): values are kept in
 // buckets at most 1/64 (1.6 %) wide relative to their value, counts are atomic so producers and ack
@@ -235,12 +236,16 @@ func (RealClock) Sleep(ctx context.Context, d time.Duration) {
 // counted.
 //
 // A timer cannot sleep for less than tens of microseconds, and at a million records a second records
-// are due a microsecond apart: sleeping for each made the generator itself late, by milliseconds in
-// bursts, and that lateness was counted as the system's. With Early > 0, a record due at most Early
-// after the clock's reading is handed out at once, and its returned time is that reading, its actual
-// send, so its latency runs from when it was sent and is never understated; the pacer sleeps only
-// when the next record is due more than Early ahead, so it never runs more than Early ahead of the
-// schedule.
+// are due a microsecond apart: sleeping for each record the generator was ahead of made it late, by
+// milliseconds in bursts, and that lateness was counted as the system's. With Early > 0, a record due
+// at most Early after the clock's reading is handed out at once, and its returned time is that
+// reading, its actual send, so its latency runs from when it was sent and is never understated; the
+// pacer sleeps only when the next record is due more than Early ahead, so it never runs more than
+// Early ahead of the schedule, and it wakes Early/2 before the record is due, so a timer that
+// overshoots by less than that makes no record late.
+//
+// The Clock must not go backwards (RealClock's readings carry Go's monotonic clock): a record due
+// before the last reading is taken as overdue without reading the clock again.
 type Pacer struct {
 	S     Schedule
 	Clock Clock
@@ -268,7 +273,7 @@ func (p *Pacer) Next(ctx context.Context) (i int64, from time.Time, ok bool) {
 				from = p.last
 				break
 			}
-			p.Clock.Sleep(ctx, intended.Sub(p.last))
+			p.Clock.Sleep(ctx, intended.Sub(p.last)-p.Early/2)
 		}
 	} else if ctx.Err() != nil {
 		return 0, time.Time{}, false
@@ -278,9 +283,9 @@ func (p *Pacer) Next(ctx context.Context) (i int64, from time.Time, ok bool) {
 	return i, from, true
 }
 
-// Recorder measures latency from the intended send time to completion, keeping only records whose
-// intended time falls in the measurement window [From, To) (warm-up and wind-down excluded). A zero
-// From or To leaves that side open.
+// Recorder measures latency from the time a Pacer gave a record (its intended send time, or its actual
+// send when that was earlier) to completion, keeping only records whose time falls in the measurement
+// window [From, To) (warm-up and wind-down excluded). A zero From or To leaves that side open.
 type Recorder struct {
 	H        Histogram
 	From, To time.Time

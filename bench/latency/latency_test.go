@@ -201,9 +201,9 @@ func TestPacerNeverEarlyAndCatchesUp(t *testing.T) {
 	p := &Pacer{S: Schedule{Start: start, Rate: 100}, Clock: clk}
 	ctx := context.Background()
 	for k := 0; k < 3; k++ {
-		_, intended, ok := p.Next(ctx)
-		if !ok || clk.Now().Before(intended) {
-			t.Fatalf("record %d sent at %v before intended %v", k, clk.Now(), intended)
+		i, from, ok := p.Next(ctx)
+		if !ok || clk.Now().Before(from) || !from.Equal(p.S.At(i)) {
+			t.Fatalf("record %d sent at %v, measured from %v, intended %v: without Early nothing is early", k, clk.Now(), from, p.S.At(i))
 		}
 	}
 	clk.now = clk.now.Add(time.Second) // the generator was blocked for a second
@@ -244,18 +244,27 @@ func TestPacerEarly(t *testing.T) {
 		if from.After(intended) || from.After(clk.now) {
 			t.Fatalf("record %d: measured from %v, after its intended time %v or its send %v", k, from, intended, clk.now)
 		}
+		if intended.After(clk.now) && !from.Equal(clk.now) {
+			t.Fatalf("record %d sent early, at %v, but measured from %v, not from its send", k, clk.now, from)
+		}
 		if intended.Sub(clk.now) > early {
 			t.Fatalf("record %d sent %v ahead of its time, more than Early", k, intended.Sub(clk.now))
 		}
 	}
-	// 5,000 records over 5 ms at most Early ahead: a sleep per Early's worth of records, not one each.
-	if clk.sleeps < 40 || clk.sleeps > 60 {
-		t.Fatalf("%d sleeps for 5,000 records due 1 µs apart with Early %v, want about 50", clk.sleeps, early)
+	// 5,000 records over 5 ms at most Early ahead, waking Early/2 before a record is due: a sleep per
+	// half Early's worth of records, not one each.
+	if clk.sleeps < 80 || clk.sleeps > 120 {
+		t.Fatalf("%d sleeps for 5,000 records due 1 µs apart with Early %v, want about 100", clk.sleeps, early)
 	}
 	clk.now = clk.now.Add(time.Second) // blocked: the next records are overdue and keep their times
 	_, from, _ := p.Next(ctx)
 	if want := start.Add(5000 * time.Microsecond); !from.Equal(want) {
 		t.Fatalf("overdue record measured from %v, want its intended %v", from, want)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, _, ok := p.Next(cctx); ok {
+		t.Fatal("Next handed out an overdue record after ctx ended")
 	}
 }
 

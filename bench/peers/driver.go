@@ -6,8 +6,9 @@ import (
 )
 
 // AckFunc is called once per record when the system acknowledged it (err nil) or gave up on it.
-// intended is the time the harness meant to send it (the actual send time in throughput runs, the
-// schedule's time in paced runs); bytes counts its key and value. It may run on any goroutine.
+// intended is the time its latency is measured from (the actual send time in throughput runs; in
+// paced runs the schedule's time, or the actual send for a record sent early); bytes counts its key
+// and value. It may run on any goroutine.
 type AckFunc func(intended time.Time, bytes int, err error)
 
 // RecordFunc is called for every record a consumer reads; it may run on several goroutines at once.

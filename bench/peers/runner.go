@@ -94,8 +94,8 @@ func newSource(keys *flightKeys) *source {
 
 // record returns the key (nil without keys), the partition the key maps to (Kafka's murmur2, as
 // Runnel's default partitioner; -1 without keys) and a value of size bytes, for record i of producer
-// w. With stamp, the value is a fresh copy whose first 8 bytes hold the intended send time, for the
-// end-to-end latency measured by the consumer.
+// w. With stamp, the value is a fresh copy whose first 8 bytes hold stamp (the time latency is measured
+// from), for the end-to-end latency measured by the consumer.
 func (s *source) record(w report.Workload, i, offset int, stamp time.Time) ([]byte, int32, []byte) {
 	var key []byte
 	part := int32(-1)
@@ -342,7 +342,8 @@ const pacerEarly = 100 * time.Microsecond
 // runLatency paces w.Producers producers at rate records/s in total, each on its own schedule
 // (their starts staggered so records interleave evenly); for an e2e workload one consumer reads
 // along. Produce latency is ack time minus intended send time, end-to-end latency consumer receipt
-// minus intended send time: both corrected for coordinated omission.
+// minus intended send time (the actual send for a record sent early, pacerEarly): both corrected for
+// coordinated omission.
 func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, topic string, src *source, rate float64, t timing) report.Run {
 	run := report.Run{Workload: w, System: sys, TargetRate: rate,
 		LatencyWhat: fmt.Sprintf("ack time minus intended send time (schedule-based, coordinated omission corrected; a record sent up to %v early counts from its actual send)", pacerEarly)}
@@ -399,12 +400,12 @@ func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, to
 				S: latency.Schedule{Start: start.Add(time.Duration(float64(k) / rate * 1e9)), Rate: per}}
 			offset := k * 7919
 			for {
-				i, intended, ok := pacer.Next(sctx)
-				if !ok || !intended.Before(tl.rec.To) {
+				i, from, ok := pacer.Next(sctx) // from: the intended send time, or the actual send if earlier
+				if !ok || !from.Before(tl.rec.To) {
 					return
 				}
-				key, part, v := src.record(w, int(i), offset, intended)
-				p.Send(sctx, part, key, v, intended)
+				key, part, v := src.record(w, int(i), offset, from)
+				p.Send(sctx, part, key, v, from)
 			}
 		}()
 	}

@@ -172,7 +172,7 @@ func describe(w Workload) string {
 			what = "A consumer reads along (its load shares the machine): ack = the producer's acknowledgement, e2e = the consumer received the record."
 		}
 		return fmt.Sprintf("%d-byte values, %d producer(s), %d partitions, %s; %s. "+
-			"Latencies are measured from each record's intended send time on a fixed schedule (coordinated omission corrected), or from its actual send for a record sent up to 100 µs early. %s",
+			"Latencies are measured from each record's intended send time on a fixed schedule (coordinated omission corrected), or from its actual send for a record sent early (the run's latency note says how early). %s",
 			w.Size, w.Producers, w.Partitions, keys, pace, what)
 	}
 	return fmt.Sprintf("%d-byte values, %d producer(s) each on its own connection, %d partitions, %s; as fast as each system takes them. "+

@@ -131,10 +131,11 @@ type Run struct {
 	// TargetRate is the paced rate of a latency run (records/s over all producers).
 	TargetRate float64 `json:"target_rate,omitempty"`
 	// Latency: produce runs, send-to-ack from the actual send; latency and e2e runs, ack minus the
-	// intended send time (coordinated omission corrected); consume runs, none.
+	// intended send time (coordinated omission corrected; the actual send for a record sent early,
+	// LatencyWhat says how early); consume runs, none.
 	Latency     *latency.Summary `json:"latency,omitempty"`
 	LatencyWhat string           `json:"latency_what,omitempty"`
-	// EndToEnd is, in e2e runs, consumer receipt minus intended send time.
+	// EndToEnd is, in e2e runs, consumer receipt minus the time Latency is measured from.
 	EndToEnd *latency.Summary `json:"end_to_end,omitempty"`
 	// PassesPerSec is, in consume runs, the records/s of each reading of the backlog in order (each
 	// by a new consumer); RecordsPerSec and the rest are the median pass's.
