@@ -33,6 +33,10 @@ import (
 // (produce_codec.go): the process's uncleared pool, which the node's gRPC server reads frames into too.
 var recordBufs = grpcbuf.Shared
 
+// The pool's largest size class holds the largest fetch answer (a negative constant does not convert
+// to uint: this fails to compile if MaxFetchBytes outgrows it).
+const _ = uint(1<<grpcbuf.MaxShift - MaxFetchBytes)
+
 // readBufSize estimates the bytes a read of p from offset up to end will return, at most limit: the
 // partition's average bytes per offset (its stored bytes over its offsets) times the offsets asked
 // for, plus an eighth and 4 KiB for a batch that begins before offset and for uneven batches. A read

@@ -23,8 +23,8 @@ import (
 )
 
 // Size classes: powers of two from 4 KiB to 64 MiB (the broker's MaxFetchBytes, the largest fetch
-// answer). A smaller request gets 4 KiB; a larger one is allocated exactly, and pooled, when put
-// back, with the 64 MiB class, which it covers.
+// answer; broker/fetch_codec.go checks that it fits). A smaller request gets 4 KiB; a larger one is
+// allocated exactly, and when put back joins the 64 MiB class, which its capacity covers.
 const (
 	MinShift = 12
 	MaxShift = 26

@@ -249,7 +249,7 @@ func (RealClock) Sleep(ctx context.Context, d time.Duration) {
 type Pacer struct {
 	S     Schedule
 	Clock Clock
-	Early time.Duration
+	Early time.Duration // how far ahead of its intended time a record may be handed out; 0: never
 	next  int64
 	last  time.Time // the clock's last reading
 }
@@ -269,11 +269,12 @@ func (p *Pacer) Next(ctx context.Context) (i int64, from time.Time, ok bool) {
 			if !intended.After(p.last) {
 				break
 			}
-			if wait := intended.Sub(p.last); wait <= p.Early {
+			wait := intended.Sub(p.last)
+			if wait <= p.Early {
 				from = p.last
 				break
 			}
-			p.Clock.Sleep(ctx, intended.Sub(p.last)-p.Early/2)
+			p.Clock.Sleep(ctx, wait-p.Early/2)
 		}
 	} else if ctx.Err() != nil {
 		return 0, time.Time{}, false

@@ -334,9 +334,7 @@ func consumeAll(ctx context.Context, d Driver, topic string, partitions int, wan
 }
 
 // pacerEarly is how far ahead of its intended time a paced record may be sent (latency.Pacer.Early),
-// measured then from its actual send: a timer sleeps tens of microseconds at the least, and a pacer
-// that slept for each record, due a microsecond apart at Runnel's rates, fell behind its own schedule
-// by milliseconds, which was counted as the system's latency. Every system is paced alike.
+// measured then from its actual send (why: latency.Pacer). Every system is paced alike.
 const pacerEarly = 100 * time.Microsecond
 
 // runLatency paces w.Producers producers at rate records/s in total, each on its own schedule
