@@ -36,26 +36,13 @@ const (
 	writebackLag = 4 << 20
 )
 
-// presyncMargin is how far before the rotation point (fileSize) of the active value-log file the
-// prefetcher, without Options.Fsync, fdatasyncs it once: 16 MiB, or a quarter of smaller files.
-//
-// Why: when Badger leaves a value-log file it truncates it (z.MmapFile.Truncate), which msyncs the
-// whole mapping first, on its one write goroutine, so every append of every partition waits for it.
-// The writebacks (writebackBytes) leave that msync little data to write, but it still waited for the
-// writebacks in flight and committed ext4's journal with the blocks they allocated: 115 ms per
-// rotation, every 2 s at 120 MB/s, on the 2-core machine of issue 9 (a node trace at 1.2 M records/s),
-// and with the producers' catch-up after it, the produce p99 at half the maximum throughput was 250-350
-// ms. Synced a little before the rotation, off the write path, the file leaves the msync only what was
-// written since: 13-19 ms in the same trace. The sync promises nothing (nobody waits for it), as the
-// writebacks do not.
-func presyncMargin(fileSize int64) int64 { return min(16<<20, fileSize/4) }
-
 // errNoPrefetch is returned where the system has no way to ask for pages ahead (not Linux).
 var errNoPrefetch = errors.New("page-cache prefetch not supported on this system")
 
 // vlogPrefetcher is the prefetcher's state; only the prefetch goroutine uses it. It also drops the pages
 // more than the window behind the written end (dropBehind, pagecache.go), and without fsync it
-// starts the writebacks of the active value log (writebackBytes).
+// starts the writebacks of the active value log (writebackBytes) and hands it to the flusher every
+// flushInterval (flush.go).
 type vlogPrefetcher struct {
 	dir      string
 	fileSize int64 // Badger's ValueLogFileSize: it rotates to a new file once the active one passes it
@@ -75,10 +62,10 @@ type vlogPrefetcher struct {
 	dropped int64  // offset of f up to which pages were dropped
 	// behind are the files before f whose pages are not all dropped yet, oldest first.
 	behind []retainedFile
-	// presync makes the data of f durable and waits (fdatasync); nil with Options.Fsync. presynced:
-	// it ran for f.
-	presync   func(f *prefetchFile) error
-	presynced bool
+	// flush hands a flush of f to the flusher unless it is busy, and reports whether it took it
+	// (Store.requestFlush); nil with Options.Fsync. flushed: f's written end at the last flush taken.
+	flush   func(flushReq) bool
+	flushed int64
 }
 
 // writebackError is a failed writeback: the kernel may have dropped pages it could not write
@@ -90,18 +77,19 @@ func (e *writebackError) Error() string { return e.err.Error() }
 func (e *writebackError) Unwrap() error { return e.err }
 
 // stepResult is what a step did: bytes asked for ahead, whether a writeback started and whether the
-// file was synced before its rotation (presyncMargin), bytes dropped behind (pagecache.go), and why
-// dropping failed (reported, never fatal).
+// flusher took a flush of the file, bytes dropped behind (pagecache.go), and why dropping failed
+// (reported, never fatal).
 type stepResult struct {
-	asked, dropped   int64
-	wrote, presynced bool
-	dropErr          error
+	asked, dropped      int64
+	wrote, flushHandled bool
+	dropErr             error
 }
 
 // step drops the pages more than the window behind the end of the active value-log file
 // (dropBehind), asks for the pages from the end of its written data to prefetchWindow past it, and then,
 // without Options.Fsync, starts a writeback when writebackBytes or more were written since the last one
-// (up to writebackLag short of the end) and syncs the file once within presyncMargin of its rotation.
+// (up to writebackLag short of the end) and hands the file to the flusher when flushInterval or more
+// were written since the last flush it took.
 // The prefetch goes first because the writer waits for what it misses, and nothing waits for a
 // writeback, which on a new file took 30-80 ms per call. Near the end of a file (within a window of
 // fileSize) it looks for the next one, which Badger creates when it rotates, and moves to it. Errors
@@ -142,11 +130,10 @@ func (p *vlogPrefetcher) step() (stepResult, error) {
 		}
 		p.wbDone, res.wrote = upto, true
 	}
-	if p.presync != nil && !p.presynced && end >= p.fileSize-presyncMargin(p.fileSize) {
-		if err := p.presync(p.f); err != nil {
-			return res, &writebackError{fmt.Errorf("sync value log %d before its rotation: %w", p.fid, err)}
-		}
-		p.presynced, p.wbDone, res.presynced = true, end, true
+	// The writebacks go on regardless: they start the I/O early, so a flush finds little left to write,
+	// and the pages a flush is writing or has written they skip.
+	if p.flush != nil && end-p.flushed >= flushInterval(p.fileSize) && p.flush(flushReq{path: p.path, fid: p.fid, end: end}) {
+		p.flushed, res.flushHandled = end, true
 	}
 	return res, prefetchErr
 }
@@ -184,7 +171,7 @@ func (p *vlogPrefetcher) findActive() error {
 		}
 	}
 	p.close()
-	p.f, p.fid, p.path, p.ahead, p.wbDone, p.dropped, p.presynced = f, newest, path, 0, 0, 0, false
+	p.f, p.fid, p.path, p.ahead, p.wbDone, p.dropped, p.flushed = f, newest, path, 0, 0, 0, 0
 	return nil
 }
 
@@ -251,7 +238,7 @@ func (s *Store) prefetchLoop() {
 		// Read at each call, not here: a test sets writebackFn after Open, before its first append
 		// (which wakes this goroutine).
 		p.writeback = func(f *prefetchFile, off, n int64) error { return s.writebackFn(f, off, n) }
-		p.presync = func(f *prefetchFile) error { return s.presyncFn(f) }
+		p.flush = s.requestFlush
 	}
 	defer p.close()
 	var lastErr, lastDropErr string
@@ -268,8 +255,8 @@ func (s *Store) prefetchLoop() {
 		if res.wrote {
 			s.writebacks.Add(1)
 		}
-		if res.presynced {
-			s.presyncs.Add(1)
+		if res.flushHandled {
+			s.flushRequests.Add(1)
 		}
 		if res.dropErr != nil {
 			if errors.Is(res.dropErr, errNoDrop) {

@@ -59,11 +59,19 @@ func (p *prefetchFile) writeback(off, n int64) error {
 	return unix.SyncFileRange(int(p.f.Fd()), off, n, unix.SYNC_FILE_RANGE_WRITE)
 }
 
-// datasync writes the file's data back and waits for it, with the metadata needed to read it back
-// (fdatasync): the blocks the writebacks allocated go into ext4's journal now rather than in Badger's
-// msync at the rotation (presyncMargin).
-func (p *prefetchFile) datasync() error {
-	return unix.Fdatasync(int(p.f.Fd()))
+// datasyncFile writes the data of the file at path back and waits for it and for the disk's cache
+// flush (fdatasync), through a descriptor of its own: the flusher calls it while the prefetch goroutine
+// may close its own (flush.go). An error wrapping fs.ErrNotExist means the file is gone.
+func datasyncFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("fdatasync %s: %w", path, err)
+	}
+	return nil
 }
 
 // close unmaps and closes the file.

@@ -88,10 +88,11 @@ type Store struct {
 	// set before the first append).
 	writebacks  atomic.Int64
 	writebackFn func(f *prefetchFile, off, n int64) error
-	// Likewise the syncs of a value-log file shortly before Badger rotates it (presyncMargin), and how
-	// one is made (prefetchFile.datasync, or a failure injected by tests).
-	presyncs  atomic.Int64
-	presyncFn func(f *prefetchFile) error
+	// Likewise the flushes of the active value-log file the flusher took (flushRequests) and made
+	// (flushes: a file deleted meanwhile is not flushed), and how it makes one (datasyncFile of the
+	// request's path, or a failure injected by tests, set before the first append); see flush.go.
+	flushRequests, flushes atomic.Int64
+	datasyncFn             func(flushReq) error
 	// Bytes written since the writer last woke the prefetcher (writer goroutine only), and bytes of
 	// value log the prefetcher asked the kernel to read ahead (see prefetch.go).
 	unprefetched int64
@@ -107,13 +108,17 @@ type Store struct {
 	prefetchWake           chan struct{}
 	stopPrefetch           chan struct{}
 	prefetchDone           chan struct{}
+	flushReqs              chan flushReq // unbuffered: a request is taken only by an idle flusher
+	stopFlusher            chan struct{}
+	flusherDone            chan struct{}
 	closeOnce              sync.Once
 	closeErr               error
 }
 
-// Open opens (creating if needed) the Badger DB in opts.Dir and starts the writer, syncer and GC
-// goroutines; Close stops them. Badger replays its logs on open, so writes survive a crash of the process
-// (kill -9) and, when fsynced, of the machine. Partitions are recovered lazily by Store.Partition.
+// Open opens (creating if needed) the Badger DB in opts.Dir and starts the writer, syncer, GC, prefetch
+// and flush goroutines; Close stops them. Badger replays its logs on open, so writes survive a crash of
+// the process (kill -9) and, when fsynced, of the machine. Partitions are recovered lazily by
+// Store.Partition.
 func Open(opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
@@ -148,15 +153,19 @@ func Open(opts Options) (*Store, error) {
 		prefetchWake: make(chan struct{}, 1),
 		stopPrefetch: make(chan struct{}),
 		prefetchDone: make(chan struct{}),
+		flushReqs:    make(chan flushReq),
+		stopFlusher:  make(chan struct{}),
+		flusherDone:  make(chan struct{}),
 	}
 	s.syncFn = s.syncToDisk
 	s.writebackFn = (*prefetchFile).writeback
-	s.presyncFn = (*prefetchFile).datasync
+	s.datasyncFn = func(r flushReq) error { return datasyncFile(r.path) }
 	s.now = time.Now
 	go s.writeLoop()
 	go s.syncLoop()
 	go s.gcLoop()
 	go s.prefetchLoop()
+	go s.flushLoop()
 	return s, nil
 }
 
@@ -181,6 +190,8 @@ func (s *Store) Close() error {
 		<-s.gcDone
 		close(s.stopPrefetch)
 		<-s.prefetchDone
+		close(s.stopFlusher) // after the prefetcher, which hands it the flushes
+		<-s.flusherDone
 		s.checkpointAll()
 
 		s.lifeMu.Lock()

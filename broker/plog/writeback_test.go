@@ -5,6 +5,9 @@ package plog
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -104,16 +107,16 @@ func TestWritebackWithoutFsync(t *testing.T) {
 }
 
 // TestNoWritebackWithFsync: with Options.Fsync every group is fsynced before it is acknowledged, so
-// there is nothing left for a writeback or a presync to do (the appends pass two rotations of the
+// there is nothing left for a writeback or a flush to do (the appends pass two rotations of the
 // 8 MiB value-log files).
 func TestNoWritebackWithFsync(t *testing.T) {
 	o := testOptions(t, true)
 	o.ValueLogFileSize = 8 << 20
 	s := openStore(t, o)
 	ranges := recordWritebacks(t, s)
-	syncs := recordPresyncs(t, s)
+	flushes := recordFlushes(t, s)
 	p := mustPartition(t, s, pid)
-	// Paced, so the prefetcher steps near the end of each file, where it would sync one without fsync.
+	// Paced, so the prefetcher steps every flushInterval or less, where it would flush without fsync.
 	appendPaced(t, s, p, 3*int(o.ValueLogFileSize)/100_000+10, 100_000, syncAppend)
 	if newestVlog(o.Dir) < 3 {
 		t.Fatalf("the appends ended in value log %d: want them to pass two rotations", newestVlog(o.Dir))
@@ -121,8 +124,8 @@ func TestNoWritebackWithFsync(t *testing.T) {
 	if n := len(ranges()); n != 0 || s.writebacks.Load() != 0 || s.fsyncs.Load() == 0 {
 		t.Fatalf("%d writebacks (counted %d), %d fsyncs with Options.Fsync", n, s.writebacks.Load(), s.fsyncs.Load())
 	}
-	if n := len(syncs()); n != 0 || s.presyncs.Load() != 0 {
-		t.Fatalf("%d presyncs (counted %d) with Options.Fsync, across a rotation", n, s.presyncs.Load())
+	if n := len(flushes()); n != 0 || s.flushRequests.Load() != 0 || s.flushes.Load() != 0 {
+		t.Fatalf("%d flushes (%d taken, %d made) with Options.Fsync", n, s.flushRequests.Load(), s.flushes.Load())
 	}
 }
 
@@ -141,77 +144,85 @@ func TestWritebackFailureFailsStore(t *testing.T) {
 	}
 }
 
-// presync is one sync of a value-log file before its rotation: the file and its written end then.
-type presync struct {
-	fid     uint64
-	dataEnd int64
-}
-
-// recordPresyncs makes s record its presyncs (and still make them).
-func recordPresyncs(t *testing.T, s *Store) func() []presync {
+// recordFlushes makes s record the flushes its flusher makes (and still make them).
+func recordFlushes(t *testing.T, s *Store) func() []flushReq {
 	var mu sync.Mutex
-	var got []presync
-	s.presyncFn = func(f *prefetchFile) error {
-		fid, end := vlogPosition(t, s, f)
+	var got []flushReq
+	s.datasyncFn = func(r flushReq) error {
 		mu.Lock()
-		got = append(got, presync{fid, end})
+		got = append(got, r)
 		mu.Unlock()
-		return f.datasync()
+		return datasyncFile(r.path)
 	}
-	return func() []presync {
+	return func() []flushReq {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]presync(nil), got...)
+		return append([]flushReq(nil), got...)
 	}
 }
 
 // appendPaced appends n batches of size bytes with opts, waiting after every prefetchTrigger bytes until the
 // prefetch goroutine has stepped since the last wait (the writer woke it meanwhile, having written
-// as much), so that it sees every file near its end, as it does when the writer does not outrun it.
+// as much) and the flusher has made every flush it took, so that the prefetcher sees every file near
+// its end and finds the flusher idle, as it does when the writer does not outrun them.
 func appendPaced(t *testing.T, s *Store, p *Partition, n, size int, opts AppendOptions) {
 	t.Helper()
 	steps, since := s.prefetchSteps.Load(), 0
 	for i := range n {
 		mustAppend(t, p, sizedBatch(t, size, int64(i)), opts)
 		if since += size; since >= prefetchTrigger {
-			waitFor(t, 10*time.Second, "a prefetch step", func() bool { return s.prefetchSteps.Load() > steps })
+			waitFor(t, 10*time.Second, "a prefetch step and the flushes it asked for", func() bool {
+				return s.prefetchSteps.Load() > steps && s.flushes.Load() == s.flushRequests.Load()
+			})
 			steps, since = s.prefetchSteps.Load(), 0
 		}
 	}
 }
 
-// TestPresyncBeforeRotation: without Options.Fsync the prefetcher syncs each value-log file once,
-// within presyncMargin of its rotation point, so Badger's msync when it leaves the file (on its write
-// path) finds little to write or commit; after the sync the writebacks go on from where it ended.
-func TestPresyncBeforeRotation(t *testing.T) {
+// TestFlushesWithoutFsync: without Options.Fsync the flusher flushes the active value-log file every
+// flushInterval, so Badger's msync when it leaves the file (on its write path) finds at most about
+// that much to write back and flush (flush.go). Paced appends across three rotations of 8 MiB files
+// (flushInterval 2 MiB) must see each file flushed in order, every flushInterval to flushInterval
+// plus one prefetch step, with no more than that left unflushed at its rotation.
+func TestFlushesWithoutFsync(t *testing.T) {
 	o := testOptions(t, false)
 	o.ValueLogFileSize = 8 << 20
 	s := openStore(t, o)
-	syncs := recordPresyncs(t, s)
-	ranges := recordWritebacks(t, s)
+	flushes := recordFlushes(t, s)
 	p := mustPartition(t, s, pid)
 	const size = 100_000
 	n := int(3*o.ValueLogFileSize/size) + 10 // three rotations
 	appendPaced(t, s, p, n, size, plainAppend)
-	got := syncs()
-	if len(got) < 2 || s.presyncs.Load() != int64(len(got)) {
-		t.Fatalf("presyncs %+v (counted %d) over three value-log files: want one for each file rotated", got, s.presyncs.Load())
+	waitFor(t, 10*time.Second, "the last flush", func() bool { return s.flushes.Load() == s.flushRequests.Load() })
+	got := flushes()
+	interval := flushInterval(o.ValueLogFileSize)
+	// A step comes at most prefetchTrigger plus one batch (and its header) after the last.
+	slack := int64(prefetchTrigger + 2*size)
+	if len(got) < 3*int(o.ValueLogFileSize/interval)-3 || s.flushes.Load() != int64(len(got)) || s.flushRequests.Load() != int64(len(got)) {
+		t.Fatalf("%d flushes (%d taken, %d made) over three %d-byte value-log files: want one every %d bytes",
+			len(got), s.flushRequests.Load(), s.flushes.Load(), o.ValueLogFileSize, interval)
 	}
-	margin := presyncMargin(o.ValueLogFileSize)
-	for i, ps := range got {
-		if i > 0 && ps.fid <= got[i-1].fid {
-			t.Fatalf("presyncs %+v: a file synced twice", got)
+	files := map[uint64]int64{} // fid → written end at its last flush
+	for i, r := range got {
+		last, seen := files[r.fid]
+		if i > 0 && r.fid < got[i-1].fid {
+			t.Fatalf("flushes %+v: file %d flushed after file %d", got, r.fid, got[i-1].fid)
 		}
-		if ps.dataEnd < o.ValueLogFileSize-margin {
-			t.Fatalf("presync of file %d at %d: want it within %d bytes of the rotation at %d", ps.fid, ps.dataEnd, margin, o.ValueLogFileSize)
+		if d := r.end - last; d < interval || d > interval+slack {
+			t.Fatalf("flush %d of file %d at %d, %d bytes after its last (seen %v): want %d to %d", i, r.fid, r.end, d, seen, interval, interval+slack)
 		}
+		if filepath.Base(r.path) != vlogName(r.fid) {
+			t.Fatalf("flush %d of file %d names %s", i, r.fid, r.path)
+		}
+		files[r.fid] = r.end
 	}
-	// No writeback straddles a presynced end: after the sync they start at it.
-	for _, r := range ranges() {
-		for _, ps := range got {
-			if r.fid == ps.fid && r.off < ps.dataEnd && r.off+r.n > ps.dataEnd {
-				t.Fatalf("writeback %+v overlaps the presynced data of file %d up to %d", r, ps.fid, ps.dataEnd)
-			}
+	if len(files) < 3 {
+		t.Fatalf("flushes %+v: want three value-log files flushed", got)
+	}
+	// Every file Badger left was flushed up to within one interval and a step of its rotation point.
+	for fid, end := range files {
+		if fid < newestVlog(o.Dir) && end < o.ValueLogFileSize-interval-slack {
+			t.Fatalf("file %d was last flushed at %d, more than %d bytes before its rotation at %d", fid, end, interval+slack, o.ValueLogFileSize)
 		}
 	}
 	if got := readAll(t, p, 0); len(got) != n {
@@ -219,17 +230,99 @@ func TestPresyncBeforeRotation(t *testing.T) {
 	}
 }
 
-// TestPresyncFailureFailsStore: a failed presync is a failed fsync, as a failed writeback is.
-func TestPresyncFailureFailsStore(t *testing.T) {
+// TestFlushOffThePrefetcher: a flush runs in the flusher's goroutine, so while one is held the
+// prefetcher goes on stepping and starting writebacks, and asks for no second flush to be queued
+// behind it; once it ends, the next flush is taken.
+func TestFlushOffThePrefetcher(t *testing.T) {
+	o := testOptions(t, false)
+	o.ValueLogFileSize = 64 << 20
+	s := openStore(t, o)
+	release := make(chan struct{})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce) // before the store closes: a failed test must not leave the flush held
+	held := make(chan flushReq, 1)
+	var mu sync.Mutex
+	var made []flushReq
+	s.datasyncFn = func(r flushReq) error {
+		mu.Lock()
+		made = append(made, r)
+		first := len(made) == 1
+		mu.Unlock()
+		if first {
+			held <- r
+			<-release
+		}
+		return datasyncFile(r.path)
+	}
+	p := mustPartition(t, s, pid)
+	const size = 100_000
+	interval := flushInterval(o.ValueLogFileSize)
+	i := 0
+	appendBytes := func(n int64) {
+		for target := int64(i)*size + n; int64(i)*size < target; i++ {
+			mustAppend(t, p, sizedBatch(t, size, int64(i)), plainAppend)
+		}
+	}
+	appendBytes(interval + prefetchTrigger)
+	var first flushReq
+	select {
+	case first = <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no flush after %d bytes (flushInterval %d)", int64(i)*size, interval)
+	}
+	steps, wbs := s.prefetchSteps.Load(), s.writebacks.Load()
+	appendBytes(2*interval + 2*writebackBytes) // two more intervals are due meanwhile
+	waitFor(t, 10*time.Second, "prefetch steps and writebacks while a flush is held", func() bool {
+		return s.prefetchSteps.Load() > steps+2 && s.writebacks.Load() > wbs
+	})
+	if n := s.flushRequests.Load(); n != 1 {
+		t.Fatalf("%d flushes taken while the first (at %d) was held: want none queued behind it", n, first.end)
+	}
+	releaseOnce()
+	waitFor(t, 10*time.Second, "the held flush", func() bool { return s.flushes.Load() == 1 })
+	appendBytes(prefetchTrigger) // the next step finds the flusher idle
+	waitFor(t, 10*time.Second, "the next flush", func() bool { return s.flushes.Load() >= 2 })
+	mu.Lock()
+	second := made[1]
+	mu.Unlock()
+	if second.fid != first.fid || second.end < first.end+2*interval {
+		t.Fatalf("flush after the held one: %+v after %+v: want the same file, at least %d bytes on", second, first, 2*interval)
+	}
+}
+
+// TestFlushFailureFailsStore: a failed flush is a failed fsync, as a failed writeback is.
+func TestFlushFailureFailsStore(t *testing.T) {
 	o := testOptions(t, false)
 	o.ValueLogFileSize = 8 << 20
 	s := openStore(t, o)
-	s.presyncFn = func(*prefetchFile) error { return errors.New("injected EIO") }
+	s.datasyncFn = func(flushReq) error { return errors.New("injected EIO") }
 	i, err := appendUntilFailure(t, mustPartition(t, s, pid))
 	if !isErr(err, rerr.ErrStorage) {
-		t.Fatalf("append %d after a failed presync: %v", i, err)
+		t.Fatalf("append %d after a failed flush: %v", i, err)
 	}
-	if int64(i)*100_000 < o.ValueLogFileSize-presyncMargin(o.ValueLogFileSize) {
-		t.Fatalf("the store failed after %d appends, before a presync was due", i)
+	if int64(i)*100_000 < flushInterval(o.ValueLogFileSize) {
+		t.Fatalf("the store failed after %d appends, before a flush was due", i)
+	}
+}
+
+// TestFlushOfDeletedFileSkipped: a value-log file gone by the time the flusher gets to it held nothing
+// left to keep, so that flush is skipped, not a failure.
+func TestFlushOfDeletedFileSkipped(t *testing.T) {
+	o := testOptions(t, false)
+	o.ValueLogFileSize = 8 << 20
+	s := openStore(t, o)
+	s.datasyncFn = func(r flushReq) error {
+		return fmt.Errorf("open %s: %w", r.path, fs.ErrNotExist)
+	}
+	p := mustPartition(t, s, pid)
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; s.flushRequests.Load() < 2 && time.Now().Before(deadline); i++ {
+		mustAppend(t, p, sizedBatch(t, 100_000, int64(i)), plainAppend)
+	}
+	if s.flushRequests.Load() < 2 || s.flushes.Load() != 0 {
+		t.Fatalf("%d flushes taken, %d made: want some taken and none counted as made", s.flushRequests.Load(), s.flushes.Load())
+	}
+	if err := s.failure(); err != nil {
+		t.Fatalf("the store failed: %v", err)
 	}
 }
