@@ -80,9 +80,9 @@ func (e *writebackError) Unwrap() error { return e.err }
 // flusher took a flush of the file, bytes dropped behind (pagecache.go), and why dropping failed
 // (reported, never fatal).
 type stepResult struct {
-	asked, dropped      int64
-	wrote, flushHandled bool
-	dropErr             error
+	asked, dropped    int64
+	wrote, flushTaken bool
+	dropErr           error
 }
 
 // step drops the pages more than the window behind the end of the active value-log file
@@ -130,10 +130,11 @@ func (p *vlogPrefetcher) step() (stepResult, error) {
 		}
 		p.wbDone, res.wrote = upto, true
 	}
-	// The writebacks go on regardless: they start the I/O early, so a flush finds little left to write,
-	// and the pages a flush is writing or has written they skip.
+	// The writebacks go on beside the flushes: while the flusher is busy with a slow flush they still
+	// start writing back what is written meanwhile; while it keeps up they mostly cover pages a flush
+	// already wrote, which costs a walk of the page cache and no I/O.
 	if p.flush != nil && end-p.flushed >= flushInterval(p.fileSize) && p.flush(flushReq{path: p.path, fid: p.fid, end: end}) {
-		p.flushed, res.flushHandled = end, true
+		p.flushed, res.flushTaken = end, true
 	}
 	return res, prefetchErr
 }
@@ -249,15 +250,16 @@ func (s *Store) prefetchLoop() {
 		case <-s.prefetchWake:
 		}
 		res, err := p.step()
-		s.prefetchSteps.Add(1)
 		s.prefetched.Add(res.asked)
 		s.pageCacheDropped.Add(res.dropped)
 		if res.wrote {
 			s.writebacks.Add(1)
 		}
-		if res.flushHandled {
-			s.flushRequests.Add(1)
+		if res.flushTaken {
+			s.flushesTaken.Add(1)
 		}
+		// Counted after the step's other counters: a test that waits for a step then reads them whole.
+		s.prefetchSteps.Add(1)
 		if res.dropErr != nil {
 			if errors.Is(res.dropErr, errNoDrop) {
 				p.window, p.behind = 0, nil

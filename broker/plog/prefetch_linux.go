@@ -61,7 +61,10 @@ func (p *prefetchFile) writeback(off, n int64) error {
 
 // datasyncFile writes the data of the file at path back and waits for it and for the disk's cache
 // flush (fdatasync), through a descriptor of its own: the flusher calls it while the prefetch goroutine
-// may close its own (flush.go). An error wrapping fs.ErrNotExist means the file is gone.
+// may close its own (flush.go). A descriptor opened after a writeback failed still reports that failure
+// if no caller has been told of it yet (errseq; Linux 4.17 and later report such an error to the next
+// descriptor opened), so none is lost between two flushes. An error wrapping fs.ErrNotExist means the
+// file is gone.
 func datasyncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {

@@ -88,11 +88,12 @@ type Store struct {
 	// set before the first append).
 	writebacks  atomic.Int64
 	writebackFn func(f *prefetchFile, off, n int64) error
-	// Likewise the flushes of the active value-log file the flusher took (flushRequests) and made
-	// (flushes: a file deleted meanwhile is not flushed), and how it makes one (datasyncFile of the
-	// request's path, or a failure injected by tests, set before the first append); see flush.go.
-	flushRequests, flushes atomic.Int64
-	datasyncFn             func(flushReq) error
+	// Likewise the flushes of the active value-log file the flusher took (flushesTaken) and made,
+	// successfully or not (flushes: a file deleted meanwhile is not flushed, so not counted), and how it
+	// makes one (datasyncFile of the request's path, or a failure injected by tests, set before the
+	// first append); see flush.go.
+	flushesTaken, flushes atomic.Int64
+	datasyncFn            func(flushReq) error
 	// Bytes written since the writer last woke the prefetcher (writer goroutine only), and bytes of
 	// value log the prefetcher asked the kernel to read ahead (see prefetch.go).
 	unprefetched int64

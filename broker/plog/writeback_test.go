@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,8 +125,8 @@ func TestNoWritebackWithFsync(t *testing.T) {
 	if n := len(ranges()); n != 0 || s.writebacks.Load() != 0 || s.fsyncs.Load() == 0 {
 		t.Fatalf("%d writebacks (counted %d), %d fsyncs with Options.Fsync", n, s.writebacks.Load(), s.fsyncs.Load())
 	}
-	if n := len(flushes()); n != 0 || s.flushRequests.Load() != 0 || s.flushes.Load() != 0 {
-		t.Fatalf("%d flushes (%d taken, %d made) with Options.Fsync", n, s.flushRequests.Load(), s.flushes.Load())
+	if n := len(flushes()); n != 0 || s.flushesTaken.Load() != 0 || s.flushes.Load() != 0 {
+		t.Fatalf("%d flushes (%d taken, %d made) with Options.Fsync", n, s.flushesTaken.Load(), s.flushes.Load())
 	}
 }
 
@@ -172,7 +173,7 @@ func appendPaced(t *testing.T, s *Store, p *Partition, n, size int, opts AppendO
 		mustAppend(t, p, sizedBatch(t, size, int64(i)), opts)
 		if since += size; since >= prefetchTrigger {
 			waitFor(t, 10*time.Second, "a prefetch step and the flushes it asked for", func() bool {
-				return s.prefetchSteps.Load() > steps && s.flushes.Load() == s.flushRequests.Load()
+				return s.prefetchSteps.Load() > steps && s.flushes.Load() == s.flushesTaken.Load()
 			})
 			steps, since = s.prefetchSteps.Load(), 0
 		}
@@ -193,14 +194,20 @@ func TestFlushesWithoutFsync(t *testing.T) {
 	const size = 100_000
 	n := int(3*o.ValueLogFileSize/size) + 10 // three rotations
 	appendPaced(t, s, p, n, size, plainAppend)
-	waitFor(t, 10*time.Second, "the last flush", func() bool { return s.flushes.Load() == s.flushRequests.Load() })
+	if got := readAll(t, p, 0); len(got) != n {
+		t.Fatalf("read %d batches of %d", len(got), n)
+	}
+	// Closed, the store has stopped the prefetcher and the flusher: every flush taken was made and counted.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
 	got := flushes()
 	interval := flushInterval(o.ValueLogFileSize)
 	// A step comes at most prefetchTrigger plus one batch (and its header) after the last.
 	slack := int64(prefetchTrigger + 2*size)
-	if len(got) < 3*int(o.ValueLogFileSize/interval)-3 || s.flushes.Load() != int64(len(got)) || s.flushRequests.Load() != int64(len(got)) {
+	if len(got) < 3*int(o.ValueLogFileSize/interval)-3 || s.flushes.Load() != int64(len(got)) || s.flushesTaken.Load() != int64(len(got)) {
 		t.Fatalf("%d flushes (%d taken, %d made) over three %d-byte value-log files: want one every %d bytes",
-			len(got), s.flushRequests.Load(), s.flushes.Load(), o.ValueLogFileSize, interval)
+			len(got), s.flushesTaken.Load(), s.flushes.Load(), o.ValueLogFileSize, interval)
 	}
 	files := map[uint64]int64{} // fid → written end at its last flush
 	for i, r := range got {
@@ -224,9 +231,6 @@ func TestFlushesWithoutFsync(t *testing.T) {
 		if fid < newestVlog(o.Dir) && end < o.ValueLogFileSize-interval-slack {
 			t.Fatalf("file %d was last flushed at %d, more than %d bytes before its rotation at %d", fid, end, interval+slack, o.ValueLogFileSize)
 		}
-	}
-	if got := readAll(t, p, 0); len(got) != n {
-		t.Fatalf("read %d batches of %d", len(got), n)
 	}
 }
 
@@ -275,12 +279,16 @@ func TestFlushOffThePrefetcher(t *testing.T) {
 	waitFor(t, 10*time.Second, "prefetch steps and writebacks while a flush is held", func() bool {
 		return s.prefetchSteps.Load() > steps+2 && s.writebacks.Load() > wbs
 	})
-	if n := s.flushRequests.Load(); n != 1 {
+	if n := s.flushesTaken.Load(); n != 1 {
 		t.Fatalf("%d flushes taken while the first (at %d) was held: want none queued behind it", n, first.end)
 	}
 	releaseOnce()
 	waitFor(t, 10*time.Second, "the held flush", func() bool { return s.flushes.Load() == 1 })
-	appendBytes(prefetchTrigger) // the next step finds the flusher idle
+	// A step between the flusher counting the held flush and its next receive finds it busy: append
+	// until one finds it idle.
+	for deadline := time.Now().Add(10 * time.Second); s.flushes.Load() < 2 && time.Now().Before(deadline); {
+		appendBytes(size)
+	}
 	waitFor(t, 10*time.Second, "the next flush", func() bool { return s.flushes.Load() >= 2 })
 	mu.Lock()
 	second := made[1]
@@ -300,6 +308,9 @@ func TestFlushFailureFailsStore(t *testing.T) {
 	if !isErr(err, rerr.ErrStorage) {
 		t.Fatalf("append %d after a failed flush: %v", i, err)
 	}
+	if f := s.failure(); f == nil || !strings.Contains(f.Error(), "flush value log") || !strings.Contains(f.Error(), "injected EIO") {
+		t.Fatalf("the store's failure %v: want the failed flush", f)
+	}
 	if int64(i)*100_000 < flushInterval(o.ValueLogFileSize) {
 		t.Fatalf("the store failed after %d appends, before a flush was due", i)
 	}
@@ -316,13 +327,17 @@ func TestFlushOfDeletedFileSkipped(t *testing.T) {
 	}
 	p := mustPartition(t, s, pid)
 	deadline := time.Now().Add(10 * time.Second)
-	for i := 0; s.flushRequests.Load() < 2 && time.Now().Before(deadline); i++ {
+	for i := 0; s.flushesTaken.Load() < 2 && time.Now().Before(deadline); i++ {
 		mustAppend(t, p, sizedBatch(t, 100_000, int64(i)), plainAppend)
 	}
-	if s.flushRequests.Load() < 2 || s.flushes.Load() != 0 {
-		t.Fatalf("%d flushes taken, %d made: want some taken and none counted as made", s.flushRequests.Load(), s.flushes.Load())
+	if s.flushesTaken.Load() < 2 || s.flushes.Load() != 0 {
+		t.Fatalf("%d flushes taken, %d made: want some taken and none counted as made", s.flushesTaken.Load(), s.flushes.Load())
 	}
 	if err := s.failure(); err != nil {
 		t.Fatalf("the store failed: %v", err)
+	}
+	// What the flusher checks for is what datasyncFile returns for a file that is gone.
+	if err := datasyncFile(filepath.Join(t.TempDir(), vlogName(7))); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("datasyncFile of a missing file: %v, want fs.ErrNotExist", err)
 	}
 }
