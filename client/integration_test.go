@@ -1205,7 +1205,8 @@ func TestCloseDuringMetadataWait(t *testing.T) {
 }
 
 // Close while goroutines produce: every promise runs exactly once, with success or ErrClosed, and Close
-// returns.
+// returns only once the promises of every Produce call in progress ran (a record appended behind Close's
+// back would never get its promise).
 func TestCloseWhileProducing(t *testing.T) {
 	addr := startNode(t)
 	createTopic(t, addr, "cwp", 3, nil)
@@ -1213,7 +1214,7 @@ func TestCloseWhileProducing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ok, closed, other, calls atomic.Int64
+	var ok, closed, other, calls, produced atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Add(1)
@@ -1221,6 +1222,7 @@ func TestCloseWhileProducing(t *testing.T) {
 			defer wg.Done()
 			for i := 0; ; i++ {
 				var once, stop atomic.Bool
+				produced.Add(1)
 				p.Produce(context.Background(), client.NewRecord("cwp", fmt.Appendf(nil, "%d-%d", g, i%5), make([]byte, 200)), func(_ *client.Record, err error) {
 					if once.Swap(true) {
 						t.Error("promise called twice")
@@ -1249,9 +1251,14 @@ func TestCloseWhileProducing(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// Close has returned, so every call that was in progress has its outcome, and every later call
+	// failed at once: after the goroutines' last calls return, each Produce call has had its promise.
 	wg.Wait()
 	if ok.Load() < 2000 || closed.Load() < 4 || other.Load() != 0 {
 		t.Fatalf("ok %d closed %d other %d", ok.Load(), closed.Load(), other.Load())
+	}
+	if calls.Load() != produced.Load() {
+		t.Fatalf("%d Produce calls, %d promises: Close returned with records that never got an outcome", produced.Load(), calls.Load())
 	}
 }
 
