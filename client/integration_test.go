@@ -1204,9 +1204,9 @@ func TestCloseDuringMetadataWait(t *testing.T) {
 	}
 }
 
-// Close while goroutines produce: every promise runs exactly once, with success or ErrClosed, and Close
-// returns only once the promises of every Produce call in progress ran (a record appended behind Close's
-// back would never get its promise).
+// Close while goroutines produce: every promise runs exactly once, with success or ErrClosed, Close
+// returns, and once the producing goroutines have returned every Produce call has had its promise (a
+// record appended to a batch behind Close's back would never get one).
 func TestCloseWhileProducing(t *testing.T) {
 	addr := startNode(t)
 	createTopic(t, addr, "cwp", 3, nil)
@@ -1251,14 +1251,14 @@ func TestCloseWhileProducing(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// Close has returned, so every call that was in progress has its outcome, and every later call
-	// failed at once: after the goroutines' last calls return, each Produce call has had its promise.
+	// Calls still in Produce when Close returned fail with ErrClosed before they return, and later ones
+	// at once: after the goroutines' last calls return, each Produce call has had its promise.
 	wg.Wait()
 	if ok.Load() < 2000 || closed.Load() < 4 || other.Load() != 0 {
 		t.Fatalf("ok %d closed %d other %d", ok.Load(), closed.Load(), other.Load())
 	}
 	if calls.Load() != produced.Load() {
-		t.Fatalf("%d Produce calls, %d promises: Close returned with records that never got an outcome", produced.Load(), calls.Load())
+		t.Fatalf("%d Produce calls, %d promises: records that never got an outcome", produced.Load(), calls.Load())
 	}
 }
 

@@ -67,9 +67,7 @@ type Producer struct {
 	buf      bufLimiter
 	flushing atomic.Int32 // > 0: send open batches without waiting for the linger
 
-	// outstanding counts records whose promise has not run yet, from the start of their Produce call
-	// (so it also counts calls in progress: Close waits for it to reach 0 after setting closed).
-	outstanding atomic.Int64
+	outstanding atomic.Int64 // records in a batch, or about to be, whose promise has not run yet
 	idleMu      sync.Mutex
 	idleCh      chan struct{} // closed when outstanding reaches 0 while someone waits
 
@@ -97,9 +95,9 @@ type Producer struct {
 
 	metaWake chan struct{}
 
-	active      atomic.Int64 // Produce calls in progress of a transactional producer (others count in outstanding)
+	active      atomic.Int64 // calls in progress that Close must wait for: a transactional producer's Produce calls, metadata loads of topic
 	closed      atomic.Bool
-	drained     chan struct{} // closed once Close has started and no transactional Produce call is in progress
+	drained     chan struct{} // closed once Close has started and active is 0
 	drainedOnce sync.Once
 	closeOnce   sync.Once
 	closeErr    error
@@ -288,66 +286,59 @@ func (p *Producer) Produce(ctx context.Context, r *Record, promise func(*Record,
 	if fail == nil {
 		fail = func(*Record, error) {}
 	}
-	// The record is counted before closed is read, and Close sets closed before it waits for the count
-	// to reach 0 (both sequentially consistent): either Close waits for this call, or this call sees
-	// closed and backs out. So one atomic add per record serves Flush, Close and the count of calls in
-	// progress, which a counter of its own did at the cost of two more locked instructions per record
-	// (3.4 s of Produce's 17.7 s in a profile at full speed; docs/performance.md, issue 9).
-	p.outstanding.Add(1)
 	if p.closed.Load() {
-		p.failNow(r, fail, ErrClosed)
+		fail(r, ErrClosed)
 		return
 	}
 	if p.txn != nil {
-		// Close aborts an open transaction only once no Produce call is inside it (drained).
+		// Close aborts an open transaction only once no Produce call is inside it (drained). A
+		// non-transactional producer's calls count as in progress only while they load a topic's
+		// metadata (topic): for the rest append reads closed under the partition's lock, which spares
+		// the add and the subtract of the count per record (in a profile at full speed the add alone
+		// took 3.4 s of Produce's 17.7 s; docs/performance.md, issue 9).
 		if !p.enter() {
-			p.failNow(r, fail, ErrClosed)
+			fail(r, ErrClosed)
 			return
 		}
 		defer p.exit()
 		if err := p.txn.enterProduce("Produce"); err != nil {
-			p.failNow(r, fail, err)
+			fail(r, err)
 			return
 		}
 		defer p.txn.exitProduce()
 	}
 	if r.Topic == "" {
-		p.failNow(r, fail, rerr.New(runnelv1.ErrorCode_INVALID_TOPIC_EXCEPTION, "record without a topic"))
+		fail(r, rerr.New(runnelv1.ErrorCode_INVALID_TOPIC_EXCEPTION, "record without a topic"))
 		return
 	}
 	size := batch.RecordSize(r.Key, r.Value, r.Headers)
 	if size+batch.HeaderSize > p.cfg.maxRequestBytes || int64(size) > p.cfg.maxBuffered {
-		p.failNow(r, fail, rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "record of %d bytes is larger than max request bytes (%d) or max buffered bytes (%d)",
+		fail(r, rerr.New(runnelv1.ErrorCode_MESSAGE_TOO_LARGE, "record of %d bytes is larger than max request bytes (%d) or max buffered bytes (%d)",
 			size, p.cfg.maxRequestBytes, p.cfg.maxBuffered))
 		return
 	}
 	if err := ctx.Err(); err != nil {
-		p.failNow(r, fail, err)
+		fail(r, err)
 		return
 	}
 	t, err := p.topic(ctx, r.Topic)
 	if err != nil {
-		p.failNow(r, fail, err)
+		fail(r, err)
 		return
 	}
 	if err := p.buf.acquire(ctx, int64(size), p.wakeAll); err != nil {
-		p.failNow(r, fail, err)
+		fail(r, err)
 		return
 	}
+	p.outstanding.Add(1)
 	if r.Timestamp.IsZero() {
 		r.Timestamp = time.Now()
 	}
 	if err := p.append(ctx, t, r, promise, size); err != nil {
 		p.buf.release(int64(size))
-		p.failNow(r, fail, err)
+		fail(r, err)
+		p.recordsDone(1)
 	}
-}
-
-// failNow ends a record of Produce that never reached a batch: its promise gets err, then it stops
-// counting as outstanding (in that order, so Flush returns only after the promise ran).
-func (p *Producer) failNow(r *Record, fail func(*Record, error), err error) {
-	fail(r, err)
-	p.recordsDone(1)
 }
 
 // ProduceSync produces rs and waits until every one has its outcome. It returns the first error (in
@@ -379,8 +370,7 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*Record) error {
 }
 
 // Flush sends every buffered record at once (ignoring the linger) and waits until all records produced
-// before and during the call have had their promises run, or ctx ends (returning ctx.Err()). That
-// includes the records of Produce calls still waiting for metadata or buffer space.
+// before and during the call have had their promises run, or ctx ends (returning ctx.Err()).
 func (p *Producer) Flush(ctx context.Context) error {
 	p.flushing.Add(1)
 	defer p.flushing.Add(-1)
@@ -389,16 +379,19 @@ func (p *Producer) Flush(ctx context.Context) error {
 }
 
 // Close flushes, waiting for every buffered record's outcome (bounded by the delivery timeout), then
-// stops the producer's goroutines and closes its connections. Produce calls waiting for metadata fail
-// with ErrClosed; later ones too. Close may be called more than once.
+// stops the producer's goroutines and closes its connections. Produce calls waiting for metadata or for
+// buffer space fail with ErrClosed (as Kafka's producer fails a send waiting for memory when it
+// closes); later ones too. Such calls may return, and run their promise with ErrClosed, after Close
+// has returned. Close may be called more than once.
 func (p *Producer) Close() error {
 	p.closeOnce.Do(func() {
 		p.closed.Store(true)
 		p.loadCancel()
 		p.flushing.Add(1)
 		p.wakeAll()
-		// Calls in progress of a transactional producer end before its transaction is aborted; the
-		// others are counted in outstanding, which waitIdle below waits for.
+		// Calls in progress (a transactional producer's, and metadata loads, which start goroutines of
+		// p.wg) end before the transaction is aborted and before p.wg.Wait; other records are refused
+		// once closed is set (append), or counted in outstanding, which waitIdle below waits for.
 		if p.active.Load() != 0 {
 			<-p.drained
 		}
@@ -454,6 +447,12 @@ func (p *Producer) topic(ctx context.Context, name string) (*ptopic, error) {
 		p.firstTopic.CompareAndSwap(nil, t)
 		return t, nil
 	}
+	// The slow path may start a load goroutine (p.wg.Add), so it counts as a call in progress: Close
+	// waits for those (drained) before its p.wg.Wait, and a call that comes after closed is refused.
+	if !p.enter() {
+		return nil, ErrClosed
+	}
+	defer p.exit()
 	p.topicsMu.Lock()
 	t := (*p.topics.Load())[name]
 	if t == nil {
@@ -686,6 +685,12 @@ func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise fun
 			return fmt.Errorf("client: partitioner chose partition %d of topic %q, which has %d", part, t.name, n)
 		}
 	} else if part >= n {
+		// After Close has set closed, no metadata request: the connections may be closing, and
+		// applyMeta may start a sink goroutine (p.wg.Add) after Close's p.wg.Wait. Read after Produce
+		// counted the record in outstanding, as in the loop below, so it is safe.
+		if p.closed.Load() {
+			return ErrClosed
+		}
 		// The topic may have grown since the metadata was cached: look once more before failing.
 		if _, err := p.cl.metadata(ctx, []string{t.name}); err == nil {
 			p.applyMeta(t)
@@ -700,6 +705,14 @@ func (p *Producer) append(ctx context.Context, t *ptopic, r *Record, promise fun
 	for attempt := 0; ; attempt++ {
 		pp := parts[part]
 		pp.mu.Lock()
+		// Produce counted the record in outstanding before this read, and Close sets closed before it
+		// waits for outstanding to reach 0 (both sequentially consistent): either Close waits for this
+		// record, or the record is refused here. So nothing enters a batch behind Close's back without
+		// counting this call as in progress (topic's slow path and transactional calls still are).
+		if p.closed.Load() {
+			pp.mu.Unlock()
+			return ErrClosed
+		}
 		b := pp.cur
 		// The record is encoded with its batch's trace context headers (none when the batch is not
 		// traced: hs is then r.Headers, with no allocation), so whether it fits is judged with them.
