@@ -43,7 +43,9 @@
 //     sees the newcomer's name alive; the other node with that name answers too. This catches the
 //     races the merge check cannot see: two nodes with one id joining the same member at the same
 //     moment (a copy-pasted compose file), or joining through members that have not heard of each
-//     other yet.
+//     other yet. In such a race both may find each other and both be refused: never are both
+//     admitted, and no tie-break is attempted (one by start time would trust clocks, one by address
+//     could admit a newcomer beside an established node that never checks again).
 //
 // Serf's own name conflict resolution is disabled: it votes with the members other than the two
 // claimants, so with no third member both lose and shut serf down under their owner.
