@@ -2,7 +2,7 @@
 # Runs every Go fuzz target of the repository (every `func FuzzXxx` in a _test.go file) for FUZZTIME
 # each. Crashers found are written by `go test` to the package's testdata/fuzz/ and must be committed
 # there as seeds. Usage: scripts/fuzz.sh [FUZZTIME]
-# FUZZTIME is a duration (60s) or an execution count (20000x). `make test` uses a count: a duration
+# FUZZTIME is a duration (60s) or an execution count (10000x). `make test` uses a count: a duration
 # races Go's fuzz coordinator at the deadline (golang/go#75804, unfixed in go1.26) and fails a run
 # with a bare "context deadline exceeded" and no crasher on a loaded machine; a count has no deadline.
 set -euo pipefail
