@@ -95,7 +95,9 @@ type Producer struct {
 
 	metaWake chan struct{}
 
-	active      atomic.Int64 // calls in progress that Close must wait for: a transactional producer's Produce calls, metadata loads of topic
+	// active counts the calls in progress that Close must wait for: a transactional producer's Produce
+	// calls, and metadata loads started by topic.
+	active      atomic.Int64
 	closed      atomic.Bool
 	drained     chan struct{} // closed once Close has started and active is 0
 	drainedOnce sync.Once
