@@ -237,9 +237,11 @@ func DefaultProducer() ProducerDefaults {
 // INVALID_TRANSACTION_TIMEOUT.
 const maxTxnTimeout = time.Duration(1<<31-1) * time.Millisecond
 
-// maxIdempotentInFlight is how many batches of one partition an idempotent producer has in flight at
-// most: the leader remembers the last 5 batches of each producer id and partition, so a retried batch
-// is always recognised as a duplicate (Kafka's max.in.flight.requests.per.connection <= 5 rule).
+// maxIdempotentInFlight is how many batches of one partition an idempotent producer has in flight, and
+// open (ppart.open), at most: the leader remembers the last 5 batches of each producer id and
+// partition, so a retried batch is always recognised as a duplicate (Kafka's
+// max.in.flight.requests.per.connection <= 5 rule; Kafka's brokers answer a connection's requests in
+// order, which Runnel's streams do not promise, hence the count of open batches).
 const maxIdempotentInFlight = 5
 
 // maxMessageBytes is the gRPC message cap the client sets both ways: above the node's 68 MiB so that

@@ -37,7 +37,8 @@ import (
 // they are sealed or, for batches sealed while the id was pending, once it is known, in order. The
 // sequence counts records from 0 per producer id and partition, wrapping after MaxInt32. A retried batch
 // is re-sent with the bytes it was built with, so with the same sequence, and the leader drops it if it
-// already has it. A partition has at most 5 batches in flight, all under one producer id. A batch that
+// already has it. A partition has at most 5 batches in flight, all under one producer id, and starts a
+// new batch only while fewer than 5 are open (sent and not finished: ppart.open). A batch that
 // fails for good after it was numbered leaves a gap the leader would refuse every later batch for: it
 // and the partition's later batches under that id fail, and the producer takes a new id (resetIdent),
 // under which sequences start again at 0.
@@ -147,6 +148,14 @@ type ppart struct {
 	nextSeq  uint64    // sequence of the next batch created
 	nextDone uint64    // sequence of the next batch whose promises may run
 	held     []*pbatch // finished batches waiting for an earlier one, by sequence
+	// open counts the batches sent at least once whose promises have not run: in flight, failed and
+	// waiting to be re-sent, or answered and held for an earlier one. An idempotent partition starts
+	// a new batch only while it is below maxIdempotentInFlight, so that the leader never writes more
+	// than 4 batches after one a retry may still need it to recognise: the broker answers a stream's
+	// requests as their appends finish, not always in order, so counting only the batches in flight
+	// let a failed batch's later ones pass the leader's window of 5 (it then refused the retry with
+	// OUT_OF_ORDER_SEQUENCE_NUMBER).
+	open int
 	// addedGen is the transaction (txnManager.gen) the partition was last added to: its batches are
 	// sent only while it equals the current one (a transactional producer's partitions join each
 	// transaction with AddPartitionsToTxn before their first batch).
@@ -196,6 +205,7 @@ type pbatch struct {
 	ident    *producerIdentity // identity whose sequence it carries; nil: none (not built, or not idempotent)
 	baseSeq  int32             // its base sequence under ident
 	doomed   bool              // failed because an earlier batch of its identity failed (error wrapped already)
+	opened   bool              // sent at least once: counted in its partition's open until its promises run
 	attempts int
 	lastErr  error
 	send     *telemetry.SendSpan // the batch's span; nil when not traced
@@ -813,7 +823,7 @@ func (p *Producer) putBatch(b *pbatch) {
 	}
 	clear(b.recs)
 	b.recs = b.recs[:0]
-	b.bytes, b.wire, b.ident, b.baseSeq, b.doomed, b.attempts, b.lastErr, b.err, b.send = 0, nil, nil, 0, false, 0, nil, nil, nil
+	b.bytes, b.wire, b.ident, b.baseSeq, b.doomed, b.opened, b.attempts, b.lastErr, b.err, b.send = 0, nil, nil, 0, false, false, 0, nil, nil, nil
 	p.free.put(b, p.cfg.maxBuffered/2)
 }
 
@@ -897,9 +907,22 @@ func (pp *ppart) buildLocked(p *Producer) {
 
 // mayStartLocked reports whether a batch numbered under id (nil: not idempotent) may be sent now as far
 // as idempotence goes: at most maxIdempotentInFlight batches of the partition in flight, all under one
-// identity (so a retry never follows batches of a newer identity).
-func (pp *ppart) mayStartLocked(id *producerIdentity) bool {
-	return id == nil || pp.inflight == 0 || (pp.inflight < maxIdempotentInFlight && pp.sentIdent == id)
+// identity (so a retry never follows batches of a newer identity), and, for a batch not sent before
+// (resend false), fewer than maxIdempotentInFlight open (see ppart.open). A re-sent batch is counted
+// in open already.
+func (pp *ppart) mayStartLocked(id *producerIdentity, resend bool) bool {
+	if id == nil {
+		return true
+	}
+	if !resend && pp.open >= maxIdempotentInFlight {
+		return false
+	}
+	return pp.inflight == 0 || (pp.inflight < maxIdempotentInFlight && pp.sentIdent == id)
+}
+
+// limitedLocked reports whether the idempotence limits hold the partition's next new batch back.
+func (pp *ppart) limitedLocked() bool {
+	return pp.open >= maxIdempotentInFlight || pp.inflight >= maxIdempotentInFlight
 }
 
 // breakOfLocked returns the failure that dooms b (a later batch of the same identity), or nil.
@@ -955,6 +978,7 @@ func (p *Producer) batchResult(pp *ppart, b *pbatch, wasInflight bool, base, app
 	closing := p.ctx.Err() != nil
 	pp.finishMu.Lock()
 	pp.mu.Lock()
+	limited := pp.limitedLocked()
 	if wasInflight {
 		pp.inflight--
 	}
@@ -1012,10 +1036,17 @@ func (p *Producer) batchResult(pp *ppart, b *pbatch, wasInflight bool, base, app
 	}
 	ready := pp.ready[:0]
 	for len(pp.held) > 0 && pp.held[0].seq == pp.nextDone {
+		if pp.held[0].opened {
+			pp.open--
+		}
 		ready = append(ready, pp.held[0])
 		pp.held[0] = nil
 		pp.held = pp.held[1:]
 		pp.nextDone++
+	}
+	if wake == nil && limited && !pp.limitedLocked() {
+		// The sink may have looked at the partition between the answer's wake and this result.
+		wake = pp.sink
 	}
 	pp.mu.Unlock()
 	for i, rb := range ready {

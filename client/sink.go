@@ -229,7 +229,7 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 		if len(pp.queue) == 0 && pp.cur != nil {
 			lingerEnd := pp.cur.firstAt.Add(p.cfg.linger)
 			if urgent || !now.Before(lingerEnd) {
-				if canSend && pp.mayStartLocked(curIdent) && (req == nil || size+pp.cur.bld.Size() <= p.cfg.maxRequestBytes) {
+				if canSend && pp.mayStartLocked(curIdent, false) && (req == nil || size+pp.cur.bld.Size() <= p.cfg.maxRequestBytes) {
 					pp.sealLocked(p)
 					sealed = append(sealed, pp)
 				}
@@ -240,10 +240,14 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 		}
 		if canSend && len(pp.queue) > 0 {
 			b := pp.queue[0]
-			if b.wire != nil && pp.mayStartLocked(b.ident) && (req == nil || size+len(b.wire) <= p.cfg.maxRequestBytes) {
+			if b.wire != nil && pp.mayStartLocked(b.ident, b.opened) && (req == nil || size+len(b.wire) <= p.cfg.maxRequestBytes) {
 				pp.queue[0] = nil
 				pp.queue = pp.queue[1:]
 				pp.inflight++
+				if !b.opened {
+					b.opened = true
+					pp.open++
+				}
 				if b.ident != nil {
 					pp.sentIdent = b.ident
 				}
