@@ -313,13 +313,38 @@ func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
 //
 // With tracing on, each PollFunc that calls fn records a "receive" span as Poll does.
 func (c *Consumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) {
+	return c.pollFunc(ctx, nil, "", nil, fn)
+}
+
+// partGate lets a GroupConsumer take part in pollFunc, on the polling goroutine. enter runs before a
+// taken part's records go to fn and reports whether they may (false: the member no longer owns the
+// partition, and they are dropped); mv holds the take's moves (t.mv indexes it, -1 when the part moved
+// nothing). leave runs after them with how many fn saw and the leader epoch of the last, once a record
+// that did not decode has moved the part's move back to it (decodeFailed).
+type partGate interface {
+	enter(t *taken, mv []moved) bool
+	leave(t *taken, mv []moved, n int, epoch int32)
+}
+
+// pollFunc is PollFunc, which GroupConsumer shares: wake ends a wait with errWoken (the group's
+// rebalance events), group names the group in the receive span, and gate, when not nil, is asked
+// about every part before its records go to fn and told what fn saw of it after.
+func (c *Consumer) pollFunc(ctx context.Context, wake <-chan struct{}, group string, gate partGate, fn func(*Record)) (int, error) {
 	start := time.Now()
 	var ms []telemetry.Message // the records that may link to a producer's span: those with headers
 	traced := c.tr != nil
 	rec := &Record{}
 	first := ""
+	emit := func(br *batch.Record) {
+		rec.Offset, rec.Timestamp = br.Offset, time.UnixMilli(br.Timestamp)
+		rec.Key, rec.Value, rec.Headers, rec.LeaderEpoch = br.Key, br.Value, br.Headers, br.LeaderEpoch
+		if traced && len(br.Headers) > 0 {
+			ms = append(ms, message(rec))
+		}
+		fn(rec)
+	}
 	for {
-		taken, _, err := c.take(ctx, nil)
+		taken, mv, err := c.take(ctx, wake)
 		if err != nil {
 			return 0, err
 		}
@@ -330,21 +355,20 @@ func (c *Consumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) 
 			if bad[t.fp.p] {
 				continue // after the record that failed: the partition was moved back to it
 			}
+			if gate != nil && !gate.enter(t, mv) {
+				continue
+			}
 			rec.Topic, rec.Partition = t.fp.p.topic, t.fp.p.partition
-			k, _, err := decodeTake(t, func(br *batch.Record) {
-				rec.Offset, rec.Timestamp = br.Offset, time.UnixMilli(br.Timestamp)
-				rec.Key, rec.Value, rec.Headers, rec.LeaderEpoch = br.Key, br.Value, br.Headers, br.LeaderEpoch
-				if traced && len(br.Headers) > 0 {
-					ms = append(ms, message(rec))
-				}
-				fn(rec)
-			})
+			k, epoch, err := decodeTake(t, emit)
 			if err != nil {
-				c.decodeFailed(t, nil, err)
+				c.decodeFailed(t, mv, err)
 				if bad == nil {
 					bad = map[*cpart]bool{}
 				}
 				bad[t.fp.p] = true
+			}
+			if gate != nil {
+				gate.leave(t, mv, k, epoch)
 			}
 			if k > 0 && first == "" {
 				first = t.fp.p.topic
@@ -352,7 +376,7 @@ func (c *Consumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) 
 			n += k
 		}
 		if n > 0 && traced {
-			c.tr.ReceiveCount(ctx, "", start, first, n, ms)
+			c.tr.ReceiveCount(ctx, group, start, first, n, ms)
 			clear(ms) // the headers are in buffers recycled below
 		}
 		for i := range taken {

@@ -27,6 +27,7 @@
 //	for {
 //		recs, err := g.Poll(ctx) // the records of the previous Poll now count as processed
 //		... // process recs
+//		// or, for throughput: n, err := g.PollFunc(ctx, func(r *client.Record) { ... })
 //	}
 //	g.Close() // commits what Poll returned, leaves the group
 //

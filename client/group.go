@@ -254,57 +254,151 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]*Record, error) {
 }
 
 func (g *GroupConsumer) poll(ctx context.Context) ([]*Record, error) {
-	g.mu.Lock()
-	if g.closed {
-		g.mu.Unlock()
-		return nil, ErrClosed
+	if err := g.pollStart(); err != nil {
+		return nil, err
 	}
-	if !g.started {
-		g.mu.Unlock()
-		return nil, errors.New("client: GroupConsumer.Poll before Subscribe")
-	}
-	for _, p := range g.parts {
-		p.processed = p.delivered
-	}
-	g.mu.Unlock()
 	for {
-		// Also when Poll waits for records: what the previous call returned is processed, and must
-		// not wait for the next record to be committed.
-		g.maybeAutoCommit()
-		if err := g.runEvents(); err != nil {
+		if err := g.pollReady(); err != nil {
 			return nil, err
-		}
-		g.mu.Lock()
-		closed, fatal := g.closed, g.fatal
-		g.mu.Unlock()
-		if closed {
-			return nil, ErrClosed
-		}
-		if fatal != nil {
-			return nil, fatal
 		}
 		recs, mv, err := g.c.poll(ctx, g.eventCh)
 		if len(mv) > 0 {
 			recs = g.delivered(recs, mv)
 		}
-		switch {
-		case err == nil:
-			if len(recs) > 0 {
-				return recs, nil
-			}
-		case errors.Is(err, errWoken):
-		case errors.Is(err, ErrClosed):
-			return nil, ErrClosed
-		default:
-			var pe *PartitionError
-			if errors.As(err, &pe) && errors.Is(pe.Err, rerr.ErrOffsetOutOfRange) && g.resetOutOfRange(ctx, tp{pe.Topic, pe.Partition}) {
-				continue
-			}
-			if ctx.Err() == nil && g.closedNow() {
-				return nil, ErrClosed
-			}
+		if err == nil && len(recs) > 0 {
+			return recs, nil
+		}
+		if err := g.pollFailed(ctx, err); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// PollFunc is Poll for throughput, as Consumer.PollFunc is Consumer.Poll's: it calls fn with each
+// record Poll would return, in the same order, on the calling goroutine, reusing one Record and the
+// fetched buffers, and returns how many records fn saw. The Record and everything it references are
+// valid only until fn returns. Everything else is Poll's: the rebalance steps and callbacks run inside
+// it before any record, the records fn saw count as processed when PollFunc or Poll is next called
+// (and on Close), CommitSync commits them once PollFunc has returned, and the errors are Poll's.
+//
+// fn may call Seek, Pause and Resume; they take effect from the next poll, and the records this call
+// took are all handed to fn. It must not call PollFunc, Poll or the commit methods. The function and
+// connector runtimes, whose members process each batch before they commit, read with it: it
+// allocates nothing per record (docs/performance.md).
+func (g *GroupConsumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) {
+	if err := g.pollStart(); err != nil {
+		return 0, err
+	}
+	gate := &groupGate{g: g}
+	for {
+		if err := g.pollReady(); err != nil {
+			return 0, err
+		}
+		n, err := g.c.pollFunc(ctx, g.eventCh, g.group, gate, fn)
+		if err == nil && n > 0 {
+			return n, nil
+		}
+		if err := g.pollFailed(ctx, err); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// pollStart begins a Poll or PollFunc: what the previous call returned counts as processed now.
+func (g *GroupConsumer) pollStart() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	if !g.started {
+		return errors.New("client: GroupConsumer.Poll before Subscribe")
+	}
+	for _, p := range g.parts {
+		p.processed = p.delivered
+	}
+	return nil
+}
+
+// pollReady runs before every wait of a Poll or PollFunc for records: the auto-commit when it is due
+// (also when Poll waits: what the previous call returned is processed, and must not wait for the next
+// record to be committed), the queued rebalance steps, and the checks for Close and fatal errors.
+func (g *GroupConsumer) pollReady() error {
+	g.maybeAutoCommit()
+	if err := g.runEvents(); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	closed, fatal := g.closed, g.fatal
+	g.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	return fatal
+}
+
+// pollFailed decides what a wait for records that returned none ends in: nil to wait again (no
+// records, woken by a rebalance event, or a position out of range that the auto-offset-reset rule
+// moved), or the error Poll returns.
+func (g *GroupConsumer) pollFailed(ctx context.Context, err error) error {
+	switch {
+	case err == nil, errors.Is(err, errWoken):
+		return nil
+	case errors.Is(err, ErrClosed):
+		return ErrClosed
+	}
+	var pe *PartitionError
+	if errors.As(err, &pe) && errors.Is(pe.Err, rerr.ErrOffsetOutOfRange) && g.resetOutOfRange(ctx, tp{pe.Topic, pe.Partition}) {
+		return nil
+	}
+	if ctx.Err() == nil && g.closedNow() {
+		return ErrClosed
+	}
+	return err
+}
+
+// groupGate is PollFunc's partGate: records of a partition the member no longer owns are dropped (as
+// delivered drops them for Poll), and each owned partition's delivered position follows its move.
+// The move is applied before fn sees the records, with the leader epoch unknown (-1) until leave
+// knows the last record's, so that a Seek from fn (which sets the position) is not overwritten and a
+// Close on another goroutine never commits the new offset with the old epoch; leave then adds the
+// epoch and a decode failure's move back, unless fn sought meanwhile.
+type groupGate struct {
+	g    *GroupConsumer
+	set  pos   // the delivered position enter gave the current part
+	prev int32 // the leader epoch enter replaced, kept when fn saw no record of the part
+}
+
+func (gg *groupGate) enter(t *taken, mv []moved) bool {
+	g := gg.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.parts[t.fp.p.tp]
+	if p == nil {
+		return false
+	}
+	if t.mv >= 0 {
+		gg.prev = p.delivered.epoch
+		p.delivered = pos{mv[t.mv].next, -1}
+	}
+	gg.set = p.delivered
+	return true
+}
+
+func (gg *groupGate) leave(t *taken, mv []moved, n int, epoch int32) {
+	if t.mv < 0 {
+		return
+	}
+	g := gg.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	p := g.parts[t.fp.p.tp]
+	if p == nil || p.delivered != gg.set {
+		return // sought from fn: the position is the Seek's
+	}
+	p.delivered = pos{mv[t.mv].next, gg.prev}
+	if n > 0 {
+		p.delivered.epoch = epoch
 	}
 }
 

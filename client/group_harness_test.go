@@ -207,6 +207,8 @@ type worker struct {
 	onCrash func(w *worker) // runs after the crash, before the worker's goroutine ends
 	// onLost runs in OnLost with the label of the incarnation that lost its partitions.
 	onLost func(w *worker, label string)
+	// pollFunc: read with PollFunc, each record processed inside fn (crashAt is not used then).
+	pollFunc bool
 }
 
 // label names the worker's current incarnation in the ledger: a member that lost its partitions and
@@ -223,7 +225,18 @@ func (w *worker) label() string {
 // startWorker creates a group member named name, subscribes it to topics and runs its poll loop.
 func startWorker(t testing.TB, addr, group, name string, l *ledger, topics []string, opts ...client.GroupOption) *worker {
 	t.Helper()
-	w := &worker{name: name, l: l, done: make(chan struct{}), crashAt: -1}
+	return startWorkerMode(t, addr, group, name, l, topics, false, opts...)
+}
+
+// startFuncWorker is startWorker for a member that reads with PollFunc.
+func startFuncWorker(t testing.TB, addr, group, name string, l *ledger, topics []string, opts ...client.GroupOption) *worker {
+	t.Helper()
+	return startWorkerMode(t, addr, group, name, l, topics, true, opts...)
+}
+
+func startWorkerMode(t testing.TB, addr, group, name string, l *ledger, topics []string, pollFunc bool, opts ...client.GroupOption) *worker {
+	t.Helper()
+	w := &worker{name: name, l: l, done: make(chan struct{}), crashAt: -1, pollFunc: pollFunc}
 	base := []client.GroupOption{
 		client.WithAutoOffsetReset(client.OffsetEarliest()),
 		client.WithFetchMaxWait(100 * time.Millisecond),
@@ -262,6 +275,10 @@ func startWorker(t testing.TB, addr, group, name string, l *ledger, topics []str
 
 func (w *worker) run(ctx context.Context) {
 	defer close(w.done)
+	if w.pollFunc {
+		w.runFunc(ctx)
+		return
+	}
 	for {
 		recs, err := w.gc.Poll(ctx)
 		w.mu.Lock()
@@ -289,6 +306,27 @@ func (w *worker) run(ctx context.Context) {
 			return
 		}
 		w.l.processed(w.label(), recs)
+	}
+}
+
+// runFunc is run with PollFunc: each record goes to the ledger from inside fn, while the member owns
+// its partition (the ledger checks that), as a copy of what the ledger reads.
+func (w *worker) runFunc(ctx context.Context) {
+	one := make([]*client.Record, 1)
+	fn := func(r *client.Record) {
+		one[0] = &client.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+		w.l.processed(w.label(), one)
+	}
+	for {
+		if _, err := w.gc.PollFunc(ctx, fn); err != nil {
+			if ctx.Err() == nil {
+				w.err = err
+			}
+			if cerr := w.gc.Close(); cerr != nil && w.err == nil {
+				w.err = cerr
+			}
+			return
+		}
 	}
 }
 

@@ -30,7 +30,7 @@ func produceN(t testing.TB, addr, topic string, n int) {
 
 // Members join and leave a group while records are produced: every record is processed exactly once
 // (clean hand-overs commit on revocation, so nothing is re-read), in order per partition, and no
-// partition is ever owned by two members at once.
+// partition is ever owned by two members at once. A and B read with Poll, C and D with PollFunc.
 func TestGroupExactlyOnceThroughRebalances(t *testing.T) {
 	addr := startGroupNode(t)
 	createTopic(t, addr, "orders", 8, nil)
@@ -45,9 +45,9 @@ func TestGroupExactlyOnceThroughRebalances(t *testing.T) {
 		waitFor(t, 30*time.Second, func() string { return fmt.Sprintf("%d of %d processed", l.count(), k) }, func() bool { return l.count() >= k })
 	}
 	progress(3000)
-	c := startWorker(t, addr, "g", "C", l, topics, opts...)
+	c := startFuncWorker(t, addr, "g", "C", l, topics, opts...)
 	progress(7000)
-	d := startWorker(t, addr, "g", "D", l, topics, opts...)
+	d := startFuncWorker(t, addr, "g", "D", l, topics, opts...)
 	progress(11000)
 	if err := a.stop(); err != nil {
 		t.Fatalf("A: %v", err)
@@ -81,7 +81,7 @@ func TestGroupExactlyOnceThroughRebalances(t *testing.T) {
 
 // Partitions revoked in a rebalance are committed before they move (by auto-commit, or by the
 // application in OnRevoked when auto-commit is off), so the new owner starts exactly after the last
-// record the old owner processed.
+// record the old owner processed. With auto-commit off, A reads with PollFunc.
 func TestGroupCommitOnRevoke(t *testing.T) {
 	for _, auto := range []bool{true, false} {
 		t.Run(fmt.Sprintf("autocommit=%v", auto), func(t *testing.T) {
@@ -116,7 +116,7 @@ func TestGroupCommitOnRevoke(t *testing.T) {
 			}
 			// A reads everything, with auto-commit so rare it never fires on its own.
 			opts := []client.GroupOption{client.WithAutoCommit(auto), client.WithAutoCommitInterval(time.Hour)}
-			a := startWorker(t, addr, "g", "A", l, []string{"t"}, append(opts, client.WithOnRevoked(onRevoked))...)
+			a := startWorkerMode(t, addr, "g", "A", l, []string{"t"}, !auto, append(opts, client.WithOnRevoked(onRevoked))...)
 			waitFor(t, 20*time.Second, func() string { return fmt.Sprintf("%d processed", l.count()) }, func() bool { return l.count() == 2000 })
 			if c := committedAll(t, newAdmin(t, addr), "g"); len(c) != 0 {
 				t.Fatalf("committed before any revocation: %v", c)
@@ -512,6 +512,69 @@ func TestGroupPauseResumeSeek(t *testing.T) {
 	gc.CommitAsync(func(_ map[client.TopicPartition]client.OffsetAndMetadata, err error) { done <- err })
 	if err := <-done; err != nil {
 		t.Fatalf("CommitAsync: %v", err)
+	}
+}
+
+// PollFunc hands fn every record it took, in order, and a Seek from inside fn sets the position the
+// next poll starts from: the move of the records still being handed out does not overwrite it.
+// CommitSync after PollFunc commits what fn saw.
+func TestGroupPollFuncSeekFromFn(t *testing.T) {
+	addr := startGroupNode(t)
+	createTopic(t, addr, "t", 1, nil)
+	produceN(t, addr, "t", 100)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	gc, err := client.NewGroupConsumer([]string{addr}, "g", client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	if err := gc.Subscribe("t"); err != nil {
+		t.Fatal(err)
+	}
+	var offs []int64
+	sought := false
+	fn := func(r *client.Record) {
+		offs = append(offs, r.Offset)
+		if !sought && r.Offset == 20 {
+			sought = true
+			gc.Seek("t", 0, 5)
+		}
+	}
+	for !sought {
+		if _, err := gc.PollFunc(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, o := range offs {
+		if o != int64(i) {
+			t.Fatalf("record %d handed to fn has offset %d (offsets %v)", i, o, offs)
+		}
+	}
+	if pos := gc.Position("t", 0); pos != 5 {
+		t.Fatalf("Position after fn sought to 5 = %d (the call handed out offsets 0-%d)", pos, offs[len(offs)-1])
+	}
+	offs = offs[:0]
+	for len(offs) == 0 || offs[len(offs)-1] < 99 {
+		if _, err := gc.PollFunc(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, o := range offs {
+		if o != int64(5+i) {
+			t.Fatalf("after the Seek, record %d has offset %d, want %d", i, o, 5+i)
+		}
+	}
+	if err := gc.CommitSync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k := client.TopicPartition{Topic: "t", Partition: 0}
+	c, err := gc.Committed(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[k].Offset != 100 || gc.Position("t", 0) != 100 {
+		t.Fatalf("committed %d, position %d after fn saw offset 99, want 100 for both", c[k].Offset, gc.Position("t", 0))
 	}
 }
 

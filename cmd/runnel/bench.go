@@ -79,7 +79,7 @@ type benchResult struct {
 	FirstRecordMs float64 `json:"first_record_ms,omitempty"`
 	// Latency is what the percentiles measure: "produce-to-ack" per record, "due-to-ack" per record of a
 	// paced (--rate) run (from its scheduled send time: coordinated omission corrected), or "poll" per
-	// Poll call.
+	// PollFunc call.
 	Latency    string  `json:"latency"`
 	LatP50Ms   float64 `json:"p50_ms"`
 	LatP99Ms   float64 `json:"p99_ms"`
@@ -519,7 +519,7 @@ func newBenchConsumeCmd(a *app, bf *benchFlags) *cobra.Command {
 		Short: "Read a topic from the start as fast as the node serves it",
 		Long: `Read --topic from the earliest offset of every partition: all records present at start, or --count
 records (waiting for more if needed), or for --duration. Reports records/s, MB/s and the latency of
-each Poll call (p50, p99, p99.9, max).
+each PollFunc call (p50, p99, p99.9, max).
 
 With --members N (and optionally --group), N members of a consumer group, each its own client and
 connection, share the partitions and read from the group's committed offsets (from the start for a
@@ -711,9 +711,13 @@ func benchConsumeGroup(cmd *cobra.Command, a *app, bf *benchFlags, group string,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// PollFunc, as for one consumer: the records are looked at, not kept.
+			var b int64 // bytes of the current call's records
+			count := func(r *client.Record) { b += int64(len(r.Key) + len(r.Value)) }
 			for {
 				t0 := time.Now()
-				recs, err := gc.Poll(pctx)
+				b = 0
+				got, err := gc.PollFunc(pctx, count)
 				if err != nil {
 					if pctx.Err() == nil {
 						errs[i] = err
@@ -723,12 +727,8 @@ func benchConsumeGroup(cmd *cobra.Command, a *app, bf *benchFlags, group string,
 				}
 				h.Record(time.Since(t0))
 				firstAt.CompareAndSwap(0, int64(time.Since(start)))
-				var b int64
-				for _, r := range recs {
-					b += int64(len(r.Key) + len(r.Value))
-				}
 				bytes.Add(b)
-				if total := n.Add(int64(len(recs))); total >= target && total-int64(len(recs)) < target {
+				if total := n.Add(int64(got)); total >= target && total-int64(got) < target {
 					lastAt.Store(int64(time.Since(start)))
 					cancel() // together the members have read everything: stop them all
 				}
