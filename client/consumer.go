@@ -313,7 +313,7 @@ func (c *Consumer) Poll(ctx context.Context) ([]*Record, error) {
 //
 // With tracing on, each PollFunc that calls fn records a "receive" span as Poll does.
 func (c *Consumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) {
-	return c.pollFunc(ctx, nil, "", nil, fn)
+	return c.pollFunc(ctx, time.Now(), nil, "", nil, fn)
 }
 
 // partGate lets a GroupConsumer take part in pollFunc, on the polling goroutine. enter runs before a
@@ -326,11 +326,11 @@ type partGate interface {
 	leave(t *taken, mv []moved, n int, epoch int32)
 }
 
-// pollFunc is PollFunc, which GroupConsumer shares: wake ends a wait with errWoken (the group's
-// rebalance events), group names the group in the receive span, and gate, when not nil, is asked
-// about every part before its records go to fn and told what fn saw of it after.
-func (c *Consumer) pollFunc(ctx context.Context, wake <-chan struct{}, group string, gate partGate, fn func(*Record)) (int, error) {
-	start := time.Now()
+// pollFunc is PollFunc, which GroupConsumer shares: start is when the caller's call began (the
+// receive span's start), wake ends a wait with errWoken (the group's rebalance events), group names
+// the group in the receive span, and gate, when not nil, is asked about every part before its records
+// go to fn and told what fn saw of it after.
+func (c *Consumer) pollFunc(ctx context.Context, start time.Time, wake <-chan struct{}, group string, gate partGate, fn func(*Record)) (int, error) {
 	var ms []telemetry.Message // the records that may link to a producer's span: those with headers
 	traced := c.tr != nil
 	rec := &Record{}
@@ -386,7 +386,21 @@ func (c *Consumer) pollFunc(ctx context.Context, wake <-chan struct{}, group str
 		if n > 0 {
 			return n, nil
 		}
+		// Only control records, records below the positions, or none the gate let through: wait for
+		// more as poll does, so that wake and ctx are heard even while such parts keep coming.
+		if err := c.waitReady(ctx, wake); err != nil {
+			return 0, err
+		}
 	}
+}
+
+// resetSince reports whether fp's partition was reset (Seek, a record that did not decode) or
+// unassigned since fp was fetched.
+func (c *Consumer) resetSince(fp *fetched) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := fp.p
+	return c.parts[p.tp] != p || p.epoch != fp.epoch
 }
 
 // errWoken is returned by poll when its wake channel fired before any record was ready.

@@ -254,7 +254,7 @@ func (g *GroupConsumer) Poll(ctx context.Context) ([]*Record, error) {
 }
 
 func (g *GroupConsumer) poll(ctx context.Context) ([]*Record, error) {
-	if err := g.pollStart(); err != nil {
+	if err := g.pollStart("Poll"); err != nil {
 		return nil, err
 	}
 	for {
@@ -282,11 +282,14 @@ func (g *GroupConsumer) poll(ctx context.Context) ([]*Record, error) {
 // (and on Close), CommitSync commits them once PollFunc has returned, and the errors are Poll's.
 //
 // fn may call Seek, Pause and Resume; they take effect from the next poll, and the records this call
-// took are all handed to fn. It must not call PollFunc, Poll or the commit methods. The function and
-// connector runtimes, whose members process each batch before they commit, read with it: it
-// allocates nothing per record (docs/performance.md).
+// took are all handed to fn (a partition fn sought keeps the Seek's position). fn must not call
+// PollFunc, Poll, Close or the commit methods: the position of a partition already counts the rest of
+// the fetched part fn is reading, so a commit from fn could store offsets of records fn has not seen.
+// It allocates nothing per record (docs/performance.md), which is what a member that processes every
+// batch before it commits, as the function and connector runtimes will, needs.
 func (g *GroupConsumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) {
-	if err := g.pollStart(); err != nil {
+	start := time.Now()
+	if err := g.pollStart("PollFunc"); err != nil {
 		return 0, err
 	}
 	gate := &groupGate{g: g}
@@ -294,7 +297,7 @@ func (g *GroupConsumer) PollFunc(ctx context.Context, fn func(*Record)) (int, er
 		if err := g.pollReady(); err != nil {
 			return 0, err
 		}
-		n, err := g.c.pollFunc(ctx, g.eventCh, g.group, gate, fn)
+		n, err := g.c.pollFunc(ctx, start, g.eventCh, g.group, gate, fn)
 		if err == nil && n > 0 {
 			return n, nil
 		}
@@ -304,15 +307,16 @@ func (g *GroupConsumer) PollFunc(ctx context.Context, fn func(*Record)) (int, er
 	}
 }
 
-// pollStart begins a Poll or PollFunc: what the previous call returned counts as processed now.
-func (g *GroupConsumer) pollStart() error {
+// pollStart begins a Poll or PollFunc (method names it in the error): what the previous call returned
+// counts as processed now.
+func (g *GroupConsumer) pollStart(method string) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
 		return ErrClosed
 	}
 	if !g.started {
-		return errors.New("client: GroupConsumer.Poll before Subscribe")
+		return fmt.Errorf("client: GroupConsumer.%s before Subscribe", method)
 	}
 	for _, p := range g.parts {
 		p.processed = p.delivered
@@ -360,24 +364,28 @@ func (g *GroupConsumer) pollFailed(ctx context.Context, err error) error {
 // groupGate is PollFunc's partGate: records of a partition the member no longer owns are dropped (as
 // delivered drops them for Poll), and each owned partition's delivered position follows its move.
 // The move is applied before fn sees the records, with the leader epoch unknown (-1) until leave
-// knows the last record's, so that a Seek from fn (which sets the position) is not overwritten and a
-// Close on another goroutine never commits the new offset with the old epoch; leave then adds the
-// epoch and a decode failure's move back, unless fn sought meanwhile.
+// knows the last record's, so that a Seek from fn on this partition (which sets the position) is not
+// overwritten, and the position never pairs the new offset with the old epoch; leave then adds the
+// epoch and a decode failure's move back, unless fn sought meanwhile. A part of a partition fn sought
+// earlier in the call (the consumer's partition was reset since the part was fetched) moves nothing:
+// the position stays the Seek's.
 type groupGate struct {
 	g    *GroupConsumer
+	skip bool  // the current part moves nothing
 	set  pos   // the delivered position enter gave the current part
 	prev int32 // the leader epoch enter replaced, kept when fn saw no record of the part
 }
 
 func (gg *groupGate) enter(t *taken, mv []moved) bool {
 	g := gg.g
+	gg.skip = t.mv < 0 || g.c.resetSince(t.fp)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	p := g.parts[t.fp.p.tp]
 	if p == nil {
 		return false
 	}
-	if t.mv >= 0 {
+	if !gg.skip {
 		gg.prev = p.delivered.epoch
 		p.delivered = pos{mv[t.mv].next, -1}
 	}
@@ -386,7 +394,7 @@ func (gg *groupGate) enter(t *taken, mv []moved) bool {
 }
 
 func (gg *groupGate) leave(t *taken, mv []moved, n int, epoch int32) {
-	if t.mv < 0 {
+	if gg.skip {
 		return
 	}
 	g := gg.g

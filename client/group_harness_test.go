@@ -188,7 +188,7 @@ func (l *ledger) exactlyOnce(t testing.TB, ends map[client.TopicPartition]int64)
 }
 
 // worker is one group member processing records in a goroutine: Poll, then hand the batch to the
-// ledger. stop ends it cleanly (its Poll returns, then Close commits and leaves); crashAfter makes it
+// ledger (or, with pollFunc, PollFunc handing each record to it). stop ends it cleanly (its Poll returns, then Close commits and leaves); crashAfter makes it
 // crash (abandon the consumer without committing or leaving) after processing n records of the batch
 // its next Poll returns, or at once if that Poll finds nothing buffered.
 type worker struct {

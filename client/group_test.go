@@ -515,9 +515,9 @@ func TestGroupPauseResumeSeek(t *testing.T) {
 	}
 }
 
-// PollFunc hands fn every record it took, in order, and a Seek from inside fn sets the position the
-// next poll starts from: the move of the records still being handed out does not overwrite it.
-// CommitSync after PollFunc commits what fn saw.
+// PollFunc hands fn the records in order, and a Seek from inside fn sets the position the next poll
+// starts from: the move of the records still being handed out does not overwrite it. CommitSync
+// after PollFunc commits what fn saw.
 func TestGroupPollFuncSeekFromFn(t *testing.T) {
 	addr := startGroupNode(t)
 	createTopic(t, addr, "t", 1, nil)
@@ -576,6 +576,60 @@ func TestGroupPollFuncSeekFromFn(t *testing.T) {
 	if c[k].Offset != 100 || gc.Position("t", 0) != 100 {
 		t.Fatalf("committed %d, position %d after fn saw offset 99, want 100 for both", c[k].Offset, gc.Position("t", 0))
 	}
+}
+
+// A Seek from fn on another partition than the record's stands too, when that partition's fetched
+// records come later in the same call (they are still handed to fn, and must not move its position
+// past the Seek's offset).
+func TestGroupPollFuncSeekOtherPartition(t *testing.T) {
+	addr := startGroupNode(t)
+	createTopic(t, addr, "t", 2, nil)
+	p := newProducer(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var recs []*client.Record
+	for i := range 400 {
+		recs = append(recs, &client.Record{Topic: "t", Partition: int32(i % 2), Value: fmt.Appendf(nil, "%d", i)})
+	}
+	if err := p.ProduceSync(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	// Whether both partitions' records come in one take depends on the fetches: try new groups until
+	// one does (the first, nearly always: the data is there before the member's first fetch).
+	for attempt := range 10 {
+		gc, err := client.NewGroupConsumer([]string{addr}, fmt.Sprintf("g%d", attempt), client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := gc.Subscribe("t"); err != nil {
+			t.Fatal(err)
+		}
+		other := int32(-1)
+		after := 0 // records of the other partition fn saw after the Seek
+		fn := func(r *client.Record) {
+			switch {
+			case other < 0:
+				other = 1 - r.Partition
+				gc.Seek("t", other, 5)
+			case r.Partition == other:
+				after++
+			}
+		}
+		if _, err := gc.PollFunc(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+		pos := gc.Position("t", other)
+		gc.Close()
+		if after == 0 {
+			t.Logf("attempt %d: the call had no record of partition %d after the Seek", attempt, other)
+			continue
+		}
+		if pos != 5 {
+			t.Fatalf("Position of partition %d after fn sought it to 5 and then saw %d of its records = %d", other, after, pos)
+		}
+		return
+	}
+	t.Fatal("no call had records of both partitions")
 }
 
 // Admin: list, describe with members and lag, reset offsets (plan, refusal while members exist,

@@ -148,8 +148,8 @@ type ppart struct {
 	nextSeq  uint64    // sequence of the next batch created
 	nextDone uint64    // sequence of the next batch whose promises may run
 	held     []*pbatch // finished batches waiting for an earlier one, by sequence
-	// open counts the batches sent at least once whose promises have not run: in flight, failed and
-	// waiting to be re-sent, or answered and held for an earlier one. An idempotent partition starts
+	// open counts the batches sent at least once and not yet released to run their promises: in
+	// flight, failed and waiting to be re-sent, or answered and held for an earlier one. An idempotent partition starts
 	// a new batch only while it is below maxIdempotentInFlight, so that the leader never writes more
 	// than 4 batches after one a retry may still need it to recognise: the broker answers a stream's
 	// requests as their appends finish, not always in order, so counting only the batches in flight
