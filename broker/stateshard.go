@@ -387,7 +387,7 @@ func (ss *stateShards[R, C]) drop(drop func(p int32, s *stateShard[R, C]) bool) 
 		if drop(p, s) {
 			delete(ss.shards, p)
 			gone = append(gone, s)
-			ss.log.Info("coordinator partition unloaded", "topic", ss.topic, "partition", p)
+			ss.log.Debug("coordinator partition unloaded", "topic", ss.topic, "partition", p) // as "loaded": 100 lines at every shutdown otherwise
 		}
 	}
 	ss.mu.Unlock()

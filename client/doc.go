@@ -27,9 +27,21 @@
 //	for {
 //		recs, err := g.Poll(ctx) // the records of the previous Poll now count as processed
 //		... // process recs
-//		// or, for throughput: n, err := g.PollFunc(ctx, func(r *client.Record) { ... })
 //	}
 //	g.Close() // commits what Poll returned, leaves the group
+//
+//	for { // or, for throughput: r valid during the call only, nothing allocated per record
+//		n, err := g.PollFunc(ctx, func(r *client.Record) { ... })
+//		err = g.CommitSync(ctx) // optional (auto-commit is on): what fn saw, committed now
+//	}
+//
+//	a, err := client.NewAdmin([]string{"127.0.0.1:7070"})
+//	end, _, err := a.ListOffsets(ctx, "orders", 0, client.OffsetLatest()) // a partition's end offset
+//	c, err := g.Committed(ctx, client.TopicPartition{Topic: "orders", Partition: 0})
+//
+// From another module: the SDK is not published yet, so depend on a checkout of this repository
+// with a replace directive (`go mod edit -replace github.com/runnel-io/runnel=../runnel`, then
+// `go mod tidy` once your code imports it); it needs the Go version in this repository's go.mod.
 //
 // Consumer groups follow Kafka's KIP-848 ("the next generation of the consumer rebalance protocol"):
 // the broker computes the assignment and moves partitions one by one, so members not concerned by a
