@@ -228,6 +228,21 @@ func startWorker(t testing.TB, addr, group, name string, l *ledger, topics []str
 	return startWorkerMode(t, addr, group, name, l, topics, false, opts...)
 }
 
+// newGroupConsumer returns a member of group subscribed to topics, closed when the test ends (Close
+// may come earlier too).
+func newGroupConsumer(t testing.TB, addr, group string, topics []string, opts ...client.GroupOption) *client.GroupConsumer {
+	t.Helper()
+	gc, err := client.NewGroupConsumer([]string{addr}, group, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gc.Close() })
+	if err := gc.Subscribe(topics...); err != nil {
+		t.Fatal(err)
+	}
+	return gc
+}
+
 // startFuncWorker is startWorker for a member that reads with PollFunc.
 func startFuncWorker(t testing.TB, addr, group, name string, l *ledger, topics []string, opts ...client.GroupOption) *worker {
 	t.Helper()

@@ -524,14 +524,7 @@ func TestGroupPollFuncSeekFromFn(t *testing.T) {
 	produceN(t, addr, "t", 100)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	gc, err := client.NewGroupConsumer([]string{addr}, "g", client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
-	if err := gc.Subscribe("t"); err != nil {
-		t.Fatal(err)
-	}
+	gc := newGroupConsumer(t, addr, "g", []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
 	var offs []int64
 	sought := false
 	fn := func(r *client.Record) {
@@ -597,13 +590,7 @@ func TestGroupPollFuncSeekOtherPartition(t *testing.T) {
 	// Whether both partitions' records come in one take depends on the fetches: try new groups until
 	// one does (the first, nearly always: the data is there before the member's first fetch).
 	for attempt := range 10 {
-		gc, err := client.NewGroupConsumer([]string{addr}, fmt.Sprintf("g%d", attempt), client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := gc.Subscribe("t"); err != nil {
-			t.Fatal(err)
-		}
+		gc := newGroupConsumer(t, addr, fmt.Sprintf("g%d", attempt), []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
 		other := int32(-1)
 		after := 0 // records of the other partition fn saw after the Seek
 		fn := func(r *client.Record) {
