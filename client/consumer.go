@@ -316,12 +316,13 @@ func (c *Consumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) 
 	return c.pollFunc(ctx, time.Now(), nil, "", nil, fn)
 }
 
-// partGate lets a GroupConsumer take part in pollFunc, on the polling goroutine. enter runs before a
-// taken part's records go to fn and reports whether they may (false: the member no longer owns the
+// partGate lets a GroupConsumer take part in pollFunc, on the polling goroutine. begin runs after
+// each take, before its parts. enter runs before a taken part's records go to fn and reports whether they may (false: the member no longer owns the
 // partition, and they are dropped); mv holds the take's moves (t.mv indexes it, -1 when the part moved
 // nothing). leave runs after them with how many fn saw and the leader epoch of the last, once a record
 // that did not decode has moved the part's move back to it (decodeFailed).
 type partGate interface {
+	begin()
 	enter(t *taken, mv []moved) bool
 	leave(t *taken, mv []moved, n int, epoch int32)
 }
@@ -350,6 +351,9 @@ func (c *Consumer) pollFunc(ctx context.Context, start time.Time, wake <-chan st
 		}
 		n := 0
 		var bad map[*cpart]bool // partitions a record failed to decode in, in this poll
+		if gate != nil {
+			gate.begin()
+		}
 		for i := range taken {
 			t := &taken[i]
 			if bad[t.fp.p] {
@@ -386,21 +390,14 @@ func (c *Consumer) pollFunc(ctx context.Context, start time.Time, wake <-chan st
 		if n > 0 {
 			return n, nil
 		}
-		// Only control records, records below the positions, or none the gate let through: wait for
-		// more as poll does, so that wake and ctx are heard even while such parts keep coming.
+		// Only control records, records below the positions, none the gate let through, or a record
+		// that did not decode first (decodeFailed's signal ends the wait at once, and the take
+		// returns the error): wait for more as poll does, so that wake and ctx are heard even while
+		// such parts keep coming.
 		if err := c.waitReady(ctx, wake); err != nil {
 			return 0, err
 		}
 	}
-}
-
-// resetSince reports whether fp's partition was reset (Seek, a record that did not decode) or
-// unassigned since fp was fetched.
-func (c *Consumer) resetSince(fp *fetched) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	p := fp.p
-	return c.parts[p.tp] != p || p.epoch != fp.epoch
 }
 
 // errWoken is returned by poll when its wake channel fired before any record was ready.

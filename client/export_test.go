@@ -15,3 +15,7 @@ func (p *Producer) OpenBatches() int {
 	}
 	return n
 }
+
+// StopFetching stops the consumer fetching a partition the member still owns, as the heartbeat loop
+// does for a revoked partition before the next Poll finishes the revocation.
+func (g *GroupConsumer) StopFetching(topic string, partition int32) { g.c.Unassign(topic, partition) }

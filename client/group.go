@@ -101,6 +101,7 @@ type GroupConsumer struct {
 	target      map[tp]bool   // the assignment last received
 	acked       []tp          // revocations Poll finished, to release in the next heartbeat
 	lostPending bool          // waiting for Poll to run OnLost before joining again
+	gate        *groupGate    // the PollFunc in progress, which seek tells of the partitions it moves
 	subSent     int           // subscription version the coordinator acknowledged
 	commitSeq   uint64        // numbers commit snapshots, so an older one never overwrites a newer
 	nextAuto    time.Time     // when auto-commit is next due
@@ -292,7 +293,15 @@ func (g *GroupConsumer) PollFunc(ctx context.Context, fn func(*Record)) (int, er
 	if err := g.pollStart("PollFunc"); err != nil {
 		return 0, err
 	}
-	gate := &groupGate{g: g}
+	gate := &groupGate{g: g, sought: map[tp]bool{}}
+	g.mu.Lock()
+	g.gate = gate
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.gate = nil
+		g.mu.Unlock()
+	}()
 	for {
 		if err := g.pollReady(); err != nil {
 			return 0, err
@@ -364,32 +373,40 @@ func (g *GroupConsumer) pollFailed(ctx context.Context, err error) error {
 // groupGate is PollFunc's partGate: records of a partition the member no longer owns are dropped (as
 // delivered drops them for Poll), and each owned partition's delivered position follows its move.
 // The move is applied before fn sees the records, with the leader epoch unknown (-1) until leave
-// knows the last record's, so that a Seek from fn on this partition (which sets the position) is not
-// overwritten, and the position never pairs the new offset with the old epoch; leave then adds the
-// epoch and a decode failure's move back, unless fn sought meanwhile. A part of a partition fn sought
-// earlier in the call (the consumer's partition was reset since the part was fetched) moves nothing:
-// the position stays the Seek's.
+// knows the last record's, so that the position never pairs the new offset with the old epoch; leave
+// then adds the epoch and a decode failure's move back. A partition sought since the take (by fn, or
+// by another goroutine: seek marks it in sought) keeps the Seek's position: its parts of the take,
+// fetched before the Seek, move nothing. The marks are cleared at each take, whose parts are all
+// fetched after the Seeks before it. Whether the consumer still fetches the partition does not
+// matter: the heartbeat loop stops fetching a revoked partition at once, while the member owns it
+// (and fn gets its records) until the next poll finishes the revocation.
 type groupGate struct {
-	g    *GroupConsumer
-	skip bool  // the current part moves nothing
-	set  pos   // the delivered position enter gave the current part
-	prev int32 // the leader epoch enter replaced, kept when fn saw no record of the part
+	g      *GroupConsumer
+	sought map[tp]bool // partitions sought since the take (guarded by g.mu)
+	skip   bool        // the current part moves nothing
+	prev   int32       // the leader epoch enter replaced, kept when fn saw no record of the part
+}
+
+func (gg *groupGate) begin() {
+	gg.g.mu.Lock()
+	clear(gg.sought)
+	gg.g.mu.Unlock()
 }
 
 func (gg *groupGate) enter(t *taken, mv []moved) bool {
 	g := gg.g
-	gg.skip = t.mv < 0 || g.c.resetSince(t.fp)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	p := g.parts[t.fp.p.tp]
+	k := t.fp.p.tp
+	p := g.parts[k]
 	if p == nil {
 		return false
 	}
+	gg.skip = t.mv < 0 || gg.sought[k]
 	if !gg.skip {
 		gg.prev = p.delivered.epoch
 		p.delivered = pos{mv[t.mv].next, -1}
 	}
-	gg.set = p.delivered
 	return true
 }
 
@@ -400,9 +417,10 @@ func (gg *groupGate) leave(t *taken, mv []moved, n int, epoch int32) {
 	g := gg.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	p := g.parts[t.fp.p.tp]
-	if p == nil || p.delivered != gg.set {
-		return // sought from fn: the position is the Seek's
+	k := t.fp.p.tp
+	p := g.parts[k]
+	if p == nil || gg.sought[k] {
+		return // sought while fn read the part: the position is the Seek's
 	}
 	p.delivered = pos{mv[t.mv].next, gg.prev}
 	if n > 0 {
@@ -561,6 +579,9 @@ func (g *GroupConsumer) seek(k tp, offset int64) {
 	p := g.parts[k]
 	if p != nil {
 		p.delivered, p.processed = pos{offset, -1}, pos{offset, -1}
+		if g.gate != nil {
+			g.gate.sought[k] = true // a PollFunc in progress must not move it past the Seek
+		}
 	}
 	g.mu.Unlock()
 	if p != nil {

@@ -619,6 +619,52 @@ func TestGroupPollFuncSeekOtherPartition(t *testing.T) {
 	t.Fatal("no call had records of both partitions")
 }
 
+// A partition whose revocation starts while PollFunc hands out records (the heartbeat loop stops
+// fetching it at once; the member owns it until the next poll) still has its position moved past the
+// records fn saw, so the commit at the revocation does not make the next owner read them again.
+func TestGroupPollFuncRevokedMidCall(t *testing.T) {
+	addr := startGroupNode(t)
+	createTopic(t, addr, "t", 2, nil)
+	p := newProducer(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var recs []*client.Record
+	for i := range 400 {
+		recs = append(recs, &client.Record{Topic: "t", Partition: int32(i % 2), Value: fmt.Appendf(nil, "%d", i)})
+	}
+	if err := p.ProduceSync(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := range 10 {
+		gc := newGroupConsumer(t, addr, fmt.Sprintf("g%d", attempt), []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
+		other := int32(-1)
+		last := int64(-1) // the last offset of the other partition fn saw after it stopped being fetched
+		fn := func(r *client.Record) {
+			switch {
+			case other < 0:
+				other = 1 - r.Partition
+				gc.StopFetching("t", other)
+			case r.Partition == other:
+				last = r.Offset
+			}
+		}
+		if _, err := gc.PollFunc(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+		if last < 0 {
+			t.Logf("attempt %d: the call had no record of partition %d after it stopped being fetched", attempt, other)
+			gc.Close()
+			continue
+		}
+		if pos := gc.Position("t", other); pos != last+1 {
+			t.Fatalf("Position of partition %d = %d after fn saw its records up to %d", other, pos, last)
+		}
+		gc.Close()
+		return
+	}
+	t.Fatal("no call had records of both partitions")
+}
+
 // Admin: list, describe with members and lag, reset offsets (plan, refusal while members exist,
 // execute), and delete.
 func TestGroupAdmin(t *testing.T) {
