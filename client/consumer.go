@@ -316,10 +316,10 @@ func (c *Consumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) 
 	return c.pollFunc(ctx, time.Now(), nil, "", nil, fn)
 }
 
-// partGate lets a GroupConsumer take part in pollFunc, on the polling goroutine. begin runs after
-// each take, before its parts. enter runs before a taken part's records go to fn and reports whether they may (false: the member no longer owns the
-// partition, and they are dropped); mv holds the take's moves (t.mv indexes it, -1 when the part moved
-// nothing). leave runs after them with how many fn saw and the leader epoch of the last, once a record
+// partGate lets a GroupConsumer take part in pollFunc, on the polling goroutine. begin runs before
+// each take. enter runs before a taken part's records go to fn and reports whether they may (false:
+// the member no longer owns the partition, and they are dropped); mv holds the take's moves (t.mv
+// indexes it, -1 when the part moved nothing). leave runs after them with how many fn saw and the leader epoch of the last, once a record
 // that did not decode has moved the part's move back to it (decodeFailed).
 type partGate interface {
 	begin()
@@ -345,15 +345,15 @@ func (c *Consumer) pollFunc(ctx context.Context, start time.Time, wake <-chan st
 		fn(rec)
 	}
 	for {
+		if gate != nil {
+			gate.begin()
+		}
 		taken, mv, err := c.take(ctx, wake)
 		if err != nil {
 			return 0, err
 		}
 		n := 0
 		var bad map[*cpart]bool // partitions a record failed to decode in, in this poll
-		if gate != nil {
-			gate.begin()
-		}
 		for i := range taken {
 			t := &taken[i]
 			if bad[t.fp.p] {
@@ -630,8 +630,17 @@ func (c *Consumer) decodeFailed(t *taken, mv []moved, err error) {
 	p := t.fp.p
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.parts[p.tp] != p || p.epoch != t.fp.epoch {
+	if c.parts[p.tp] != p {
+		// Unassigned meanwhile (a group's revocation has begun: the member owns it until its next
+		// poll, and commits its position then): nothing to hold, but the move still stops at the
+		// record, so that the position does not pass records never handed out.
+		if t.mv >= 0 && mv != nil {
+			mv[t.mv].next = t.floor
+		}
 		return
+	}
+	if p.epoch != t.fp.epoch {
+		return // sought meanwhile: the position is the Seek's
 	}
 	c.resetLocked(p, t.floor)
 	if p.err == nil {

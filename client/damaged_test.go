@@ -147,3 +147,62 @@ func TestConsumerStopsAtDamagedRecord(t *testing.T) {
 		})
 	}
 }
+
+// A group member whose partition's revocation has begun (no longer fetched, still owned until the
+// next poll) and whose taken part holds a record that does not decode: PollFunc hands out the records
+// before it and the position stops at it, so the revocation's commit does not make the next owner
+// skip it and the records after it.
+func TestGroupPollFuncRevokedAtDamagedRecord(t *testing.T) {
+	addr := startGroupNode(t)
+	createTopic(t, addr, "t", 2, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := newProducer(t, addr)
+	var recs []*client.Record
+	for i := range 100 {
+		recs = append(recs, &client.Record{Topic: "t", Partition: 0, Value: fmt.Appendf(nil, "%d", i)})
+	}
+	if err := p.ProduceSync(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := recordsClient(t, addr).Produce(ctx, &runnelv1.ProduceRequest{Acks: runnelv1.Acks_ACKS_ALL,
+		Partitions: []*runnelv1.ProducePartition{{Topic: "t", Partition: 1, Records: damagedBatch(t, 5, 2)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rerr.FromInfo(resp.Partitions[0].Error); err != nil {
+		t.Fatal(err)
+	}
+	for attempt := range 10 {
+		gc := newGroupConsumer(t, addr, fmt.Sprintf("g%d", attempt), []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
+		first := int32(-1)
+		var seen []int64 // offsets of partition 1 fn saw after it stopped being fetched
+		fn := func(r *client.Record) {
+			if first < 0 {
+				first = r.Partition
+				gc.StopFetching("t", 1)
+				return
+			}
+			if r.Partition == 1 {
+				seen = append(seen, r.Offset)
+			}
+		}
+		if _, err := gc.PollFunc(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+		if first != 0 || len(seen) == 0 {
+			t.Logf("attempt %d: partition 1's records did not follow partition 0's in one call", attempt)
+			gc.Close()
+			continue
+		}
+		if !slices.Equal(seen, []int64{0, 1}) {
+			t.Fatalf("fn saw offsets %v of partition 1, want 0 and 1 (2 does not decode)", seen)
+		}
+		if pos := gc.Position("t", 1); pos != 2 {
+			t.Fatalf("Position of partition 1 = %d after fn saw offsets 0 and 1 and offset 2 did not decode, want 2", pos)
+		}
+		gc.Close()
+		return
+	}
+	t.Fatal("no call had records of both partitions")
+}

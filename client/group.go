@@ -102,6 +102,7 @@ type GroupConsumer struct {
 	acked       []tp          // revocations Poll finished, to release in the next heartbeat
 	lostPending bool          // waiting for Poll to run OnLost before joining again
 	gate        *groupGate    // the PollFunc in progress, which seek tells of the partitions it moves
+	fnGate      *groupGate    // PollFunc's gate, reused from call to call
 	subSent     int           // subscription version the coordinator acknowledged
 	commitSeq   uint64        // numbers commit snapshots, so an older one never overwrites a newer
 	nextAuto    time.Time     // when auto-commit is next due
@@ -283,7 +284,8 @@ func (g *GroupConsumer) poll(ctx context.Context) ([]*Record, error) {
 // (and on Close), CommitSync commits them once PollFunc has returned, and the errors are Poll's.
 //
 // fn may call Seek, Pause and Resume; they take effect from the next poll, and the records this call
-// took are all handed to fn (a partition fn sought keeps the Seek's position). fn must not call
+// took are all handed to fn, up to a record that does not decode as with Poll (a partition fn sought
+// keeps the Seek's position). fn must not call
 // PollFunc, Poll, Close or the commit methods: the position of a partition already counts the rest of
 // the fetched part fn is reading, so a commit from fn could store offsets of records fn has not seen.
 // It allocates nothing per record (docs/performance.md), which is what a member that processes every
@@ -293,8 +295,11 @@ func (g *GroupConsumer) PollFunc(ctx context.Context, fn func(*Record)) (int, er
 	if err := g.pollStart("PollFunc"); err != nil {
 		return 0, err
 	}
-	gate := &groupGate{g: g, sought: map[tp]bool{}}
 	g.mu.Lock()
+	if g.fnGate == nil {
+		g.fnGate = &groupGate{g: g, sought: map[tp]bool{}} // kept: PollFunc allocates nothing per call
+	}
+	gate := g.fnGate
 	g.gate = gate
 	g.mu.Unlock()
 	defer func() {
@@ -374,12 +379,14 @@ func (g *GroupConsumer) pollFailed(ctx context.Context, err error) error {
 // delivered drops them for Poll), and each owned partition's delivered position follows its move.
 // The move is applied before fn sees the records, with the leader epoch unknown (-1) until leave
 // knows the last record's, so that the position never pairs the new offset with the old epoch; leave
-// then adds the epoch and a decode failure's move back. A partition sought since the take (by fn, or
-// by another goroutine: seek marks it in sought) keeps the Seek's position: its parts of the take,
-// fetched before the Seek, move nothing. The marks are cleared at each take, whose parts are all
-// fetched after the Seeks before it. Whether the consumer still fetches the partition does not
-// matter: the heartbeat loop stops fetching a revoked partition at once, while the member owns it
-// (and fn gets its records) until the next poll finishes the revocation.
+// then adds the epoch and a decode failure's move back. A partition sought since the take began (by
+// fn, or by another goroutine: seek marks it in sought before it moves the consumer) keeps the Seek's
+// position: its parts of the take, fetched before the Seek or taken while it ran, move nothing, so
+// a Seek racing the take errs towards reading records again, never past them. The marks are cleared
+// before each take, whose parts come after every Seek that finished before it. Whether the consumer
+// still fetches the partition does not matter: the heartbeat loop stops fetching a revoked partition
+// at once, while the member owns it (and fn gets its records) until the next poll finishes the
+// revocation; decodeFailed stops its move at a record that does not decode all the same.
 type groupGate struct {
 	g      *GroupConsumer
 	sought map[tp]bool // partitions sought since the take (guarded by g.mu)
