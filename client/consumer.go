@@ -391,9 +391,9 @@ func (c *Consumer) pollFunc(ctx context.Context, start time.Time, wake <-chan st
 			return n, nil
 		}
 		// Only control records, records below the positions, none the gate let through, or a record
-		// that did not decode first (decodeFailed's signal ends the wait at once, and the take
-		// returns the error): wait for more as poll does, so that wake and ctx are heard even while
-		// such parts keep coming.
+		// that did not decode first (decodeFailed's signal ends the wait at once and the take returns
+		// the error, unless the partition was unassigned meanwhile): wait for more as poll does, so
+		// that wake and ctx are heard even while such parts keep coming.
 		if err := c.waitReady(ctx, wake); err != nil {
 			return 0, err
 		}
@@ -624,8 +624,11 @@ func damagedAt(offset int64, h batch.Header, err error) error {
 // is not compressed, that its record lengths fit, so a producer can store a record that does not decode. The
 // records after it, which the take's move skipped, must not be lost. Unless the partition moved
 // meanwhile, its position goes back to the record (t.floor, past the records returned) and it holds
-// err until Seek; mv's move of it, if given, says so. A Seek past the record resumes after it (see
-// decodeTake), or, when its length is damaged, past its batch.
+// err until Seek; mv's move of it, if given, says so. A partition unassigned meanwhile holds nothing
+// (and no error reaches Poll), but its move still stops at the record, for a group member that owns
+// it until its next poll; one sought meanwhile keeps the Seek's position and its move is left as is.
+// A Seek past the record resumes after it (see decodeTake), or, when its length is damaged, past its
+// batch.
 func (c *Consumer) decodeFailed(t *taken, mv []moved, err error) {
 	p := t.fp.p
 	c.mu.Lock()

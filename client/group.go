@@ -285,8 +285,8 @@ func (g *GroupConsumer) poll(ctx context.Context) ([]*Record, error) {
 //
 // fn may call Seek, Pause and Resume; they take effect from the next poll, and the records this call
 // took are all handed to fn, up to a record that does not decode as with Poll (a partition fn sought
-// keeps the Seek's position). fn must not call
-// PollFunc, Poll, Close or the commit methods: the position of a partition already counts the rest of
+// keeps the Seek's position). fn must not call PollFunc (which refuses with an error while another
+// runs), Poll, Close or the commit methods: the position of a partition already counts the rest of
 // the fetched part fn is reading, so a commit from fn could store offsets of records fn has not seen.
 // It allocates nothing per record (docs/performance.md), which is what a member that processes every
 // batch before it commits, as the function and connector runtimes will, needs.
@@ -296,8 +296,12 @@ func (g *GroupConsumer) PollFunc(ctx context.Context, fn func(*Record)) (int, er
 		return 0, err
 	}
 	g.mu.Lock()
+	if g.gate != nil {
+		g.mu.Unlock()
+		return 0, errors.New("client: GroupConsumer.PollFunc called while another PollFunc runs (from fn, or on another goroutine)")
+	}
 	if g.fnGate == nil {
-		g.fnGate = &groupGate{g: g, sought: map[tp]bool{}} // kept: PollFunc allocates nothing per call
+		g.fnGate = &groupGate{g: g, sought: map[tp]bool{}} // kept from call to call: one allocation fewer per call
 	}
 	gate := g.fnGate
 	g.gate = gate
@@ -389,7 +393,7 @@ func (g *GroupConsumer) pollFailed(ctx context.Context, err error) error {
 // revocation; decodeFailed stops its move at a record that does not decode all the same.
 type groupGate struct {
 	g      *GroupConsumer
-	sought map[tp]bool // partitions sought since the take (guarded by g.mu)
+	sought map[tp]bool // partitions sought since the last begin, before the take (guarded by g.mu)
 	skip   bool        // the current part moves nothing
 	prev   int32       // the leader epoch enter replaced, kept when fn saw no record of the part
 }
@@ -583,17 +587,23 @@ func (g *GroupConsumer) Seek(topic string, partition int32, offset int64) {
 
 func (g *GroupConsumer) seek(k tp, offset int64) {
 	g.mu.Lock()
-	p := g.parts[k]
-	if p != nil {
+	owned := g.parts[k] != nil
+	g.mu.Unlock()
+	if !owned {
+		return
+	}
+	// The consumer first, then the position and the mark: a PollFunc whose take raced the Seek
+	// either finds the mark at its part (and moves nothing) or sees its move overwritten here before
+	// its leave, which finds the mark; either way the position ends at the Seek's offset.
+	g.c.Seek(k.topic, k.partition, offset)
+	g.mu.Lock()
+	if p := g.parts[k]; p != nil {
 		p.delivered, p.processed = pos{offset, -1}, pos{offset, -1}
 		if g.gate != nil {
 			g.gate.sought[k] = true // a PollFunc in progress must not move it past the Seek
 		}
 	}
 	g.mu.Unlock()
-	if p != nil {
-		g.c.Seek(k.topic, k.partition, offset)
-	}
 }
 
 // Pause stops fetching owned partitions and holds back their buffered records until Resume (see

@@ -515,9 +515,9 @@ func TestGroupPauseResumeSeek(t *testing.T) {
 	}
 }
 
-// PollFunc hands fn the records in order, and a Seek from inside fn sets the position the next poll
-// starts from: the move of the records still being handed out does not overwrite it. CommitSync
-// after PollFunc commits what fn saw.
+// PollFunc hands fn the records in order (and refuses to run from fn), and a Seek from inside fn sets
+// the position the next poll starts from: the move of the records still being handed out does not
+// overwrite it. CommitSync after PollFunc commits what fn saw.
 func TestGroupPollFuncSeekFromFn(t *testing.T) {
 	addr := startGroupNode(t)
 	createTopic(t, addr, "t", 1, nil)
@@ -527,8 +527,12 @@ func TestGroupPollFuncSeekFromFn(t *testing.T) {
 	gc := newGroupConsumer(t, addr, "g", []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
 	var offs []int64
 	sought := false
+	var nested error // PollFunc called from fn: refused
 	fn := func(r *client.Record) {
 		offs = append(offs, r.Offset)
+		if r.Offset == 0 && nested == nil {
+			_, nested = gc.PollFunc(ctx, func(*client.Record) {})
+		}
 		if !sought && r.Offset == 20 {
 			sought = true
 			gc.Seek("t", 0, 5)
@@ -543,6 +547,9 @@ func TestGroupPollFuncSeekFromFn(t *testing.T) {
 		if o != int64(i) {
 			t.Fatalf("record %d handed to fn has offset %d (offsets %v)", i, o, offs)
 		}
+	}
+	if nested == nil || !strings.Contains(nested.Error(), "while another PollFunc runs") {
+		t.Fatalf("PollFunc from fn: %v, want a refusal", nested)
 	}
 	if pos := gc.Position("t", 0); pos != 5 {
 		t.Fatalf("Position after fn sought to 5 = %d (the call handed out offsets 0-%d)", pos, offs[len(offs)-1])
