@@ -173,8 +173,7 @@ func TestGroupPollFuncRevokedAtDamagedRecord(t *testing.T) {
 	if err := rerr.FromInfo(resp.Partitions[0].Error); err != nil {
 		t.Fatal(err)
 	}
-	for attempt := range 10 {
-		gc := newGroupConsumer(t, addr, fmt.Sprintf("g%d", attempt), []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
+	inOneCall(t, addr, func(gc *client.GroupConsumer) bool {
 		first := int32(-1)
 		var seen []int64 // offsets of partition 1 fn saw after it stopped being fetched
 		fn := func(r *client.Record) {
@@ -191,9 +190,7 @@ func TestGroupPollFuncRevokedAtDamagedRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		if first != 0 || len(seen) == 0 {
-			t.Logf("attempt %d: partition 1's records did not follow partition 0's in one call", attempt)
-			gc.Close()
-			continue
+			return false
 		}
 		if !slices.Equal(seen, []int64{0, 1}) {
 			t.Fatalf("fn saw offsets %v of partition 1, want 0 and 1 (2 does not decode)", seen)
@@ -201,8 +198,6 @@ func TestGroupPollFuncRevokedAtDamagedRecord(t *testing.T) {
 		if pos := gc.Position("t", 1); pos != 2 {
 			t.Fatalf("Position of partition 1 = %d after fn saw offsets 0 and 1 and offset 2 did not decode, want 2", pos)
 		}
-		gc.Close()
-		return
-	}
-	t.Fatal("no call had records of both partitions")
+		return true
+	})
 }

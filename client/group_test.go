@@ -578,26 +578,46 @@ func TestGroupPollFuncSeekFromFn(t *testing.T) {
 	}
 }
 
+// produceTwoPartitions produces 400 records to topic t, 200 to each of its 2 partitions.
+func produceTwoPartitions(ctx context.Context, t *testing.T, addr string) {
+	t.Helper()
+	var recs []*client.Record
+	for i := range 400 {
+		recs = append(recs, &client.Record{Topic: "t", Partition: int32(i % 2), Value: fmt.Appendf(nil, "%d", i)})
+	}
+	if err := newProducer(t, addr).ProduceSync(ctx, recs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inOneCall runs try with a new member (auto-commit off, from the earliest offsets) of a new group
+// subscribed to t, until try reports that its PollFunc call handed out records of both partitions in
+// the way it needs (that depends on the fetches: the first attempt nearly always does, as the data is
+// there before the member's first fetch); it fails the test when no attempt of 10 did.
+func inOneCall(t *testing.T, addr string, try func(gc *client.GroupConsumer) bool) {
+	t.Helper()
+	for attempt := range 10 {
+		gc := newGroupConsumer(t, addr, fmt.Sprintf("g%d", attempt), []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
+		done := try(gc)
+		gc.Close()
+		if done {
+			return
+		}
+		t.Logf("attempt %d: the call did not hand out both partitions' records as needed", attempt)
+	}
+	t.Fatal("no call of 10 had both partitions' records")
+}
+
 // A Seek from fn on another partition than the record's stands too, when that partition's fetched
 // records come later in the same call (they are still handed to fn, and must not move its position
 // past the Seek's offset).
 func TestGroupPollFuncSeekOtherPartition(t *testing.T) {
 	addr := startGroupNode(t)
 	createTopic(t, addr, "t", 2, nil)
-	p := newProducer(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var recs []*client.Record
-	for i := range 400 {
-		recs = append(recs, &client.Record{Topic: "t", Partition: int32(i % 2), Value: fmt.Appendf(nil, "%d", i)})
-	}
-	if err := p.ProduceSync(ctx, recs...); err != nil {
-		t.Fatal(err)
-	}
-	// Whether both partitions' records come in one take depends on the fetches: try new groups until
-	// one does (the first, nearly always: the data is there before the member's first fetch).
-	for attempt := range 10 {
-		gc := newGroupConsumer(t, addr, fmt.Sprintf("g%d", attempt), []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
+	produceTwoPartitions(ctx, t, addr)
+	inOneCall(t, addr, func(gc *client.GroupConsumer) bool {
 		other := int32(-1)
 		after := 0 // records of the other partition fn saw after the Seek
 		fn := func(r *client.Record) {
@@ -612,18 +632,14 @@ func TestGroupPollFuncSeekOtherPartition(t *testing.T) {
 		if _, err := gc.PollFunc(ctx, fn); err != nil {
 			t.Fatal(err)
 		}
-		pos := gc.Position("t", other)
-		gc.Close()
 		if after == 0 {
-			t.Logf("attempt %d: the call had no record of partition %d after the Seek", attempt, other)
-			continue
+			return false
 		}
-		if pos != 5 {
+		if pos := gc.Position("t", other); pos != 5 {
 			t.Fatalf("Position of partition %d after fn sought it to 5 and then saw %d of its records = %d", other, after, pos)
 		}
-		return
-	}
-	t.Fatal("no call had records of both partitions")
+		return true
+	})
 }
 
 // A partition whose revocation starts while PollFunc hands out records (the heartbeat loop stops
@@ -632,18 +648,10 @@ func TestGroupPollFuncSeekOtherPartition(t *testing.T) {
 func TestGroupPollFuncRevokedMidCall(t *testing.T) {
 	addr := startGroupNode(t)
 	createTopic(t, addr, "t", 2, nil)
-	p := newProducer(t, addr)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var recs []*client.Record
-	for i := range 400 {
-		recs = append(recs, &client.Record{Topic: "t", Partition: int32(i % 2), Value: fmt.Appendf(nil, "%d", i)})
-	}
-	if err := p.ProduceSync(ctx, recs...); err != nil {
-		t.Fatal(err)
-	}
-	for attempt := range 10 {
-		gc := newGroupConsumer(t, addr, fmt.Sprintf("g%d", attempt), []string{"t"}, client.WithAutoOffsetReset(client.OffsetEarliest()), client.WithAutoCommit(false))
+	produceTwoPartitions(ctx, t, addr)
+	inOneCall(t, addr, func(gc *client.GroupConsumer) bool {
 		other := int32(-1)
 		last := int64(-1) // the last offset of the other partition fn saw after it stopped being fetched
 		fn := func(r *client.Record) {
@@ -659,17 +667,13 @@ func TestGroupPollFuncRevokedMidCall(t *testing.T) {
 			t.Fatal(err)
 		}
 		if last < 0 {
-			t.Logf("attempt %d: the call had no record of partition %d after it stopped being fetched", attempt, other)
-			gc.Close()
-			continue
+			return false
 		}
 		if pos := gc.Position("t", other); pos != last+1 {
 			t.Fatalf("Position of partition %d = %d after fn saw its records up to %d", other, pos, last)
 		}
-		gc.Close()
-		return
-	}
-	t.Fatal("no call had records of both partitions")
+		return true
+	})
 }
 
 // Admin: list, describe with members and lag, reset offsets (plan, refusal while members exist,
