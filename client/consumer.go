@@ -319,8 +319,9 @@ func (c *Consumer) PollFunc(ctx context.Context, fn func(*Record)) (int, error) 
 // partGate lets a GroupConsumer take part in pollFunc, on the polling goroutine. begin runs before
 // each take. enter runs before a taken part's records go to fn and reports whether they may (false:
 // the member no longer owns the partition, and they are dropped); mv holds the take's moves (t.mv
-// indexes it, -1 when the part moved nothing). leave runs after them with how many fn saw and the leader epoch of the last, once a record
-// that did not decode has moved the part's move back to it (decodeFailed).
+// indexes it, -1 when the part moved nothing). leave runs after them with how many fn saw and the
+// leader epoch of the last, once a record that did not decode has moved the part's move back to it
+// (decodeFailed).
 type partGate interface {
 	begin()
 	enter(t *taken, mv []moved) bool

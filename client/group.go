@@ -102,7 +102,6 @@ type GroupConsumer struct {
 	acked       []tp          // revocations Poll finished, to release in the next heartbeat
 	lostPending bool          // waiting for Poll to run OnLost before joining again
 	gate        *groupGate    // the PollFunc in progress, which seek tells of the partitions it moves
-	fnGate      *groupGate    // PollFunc's gate, reused from call to call
 	subSent     int           // subscription version the coordinator acknowledged
 	commitSeq   uint64        // numbers commit snapshots, so an older one never overwrites a newer
 	nextAuto    time.Time     // when auto-commit is next due
@@ -300,10 +299,7 @@ func (g *GroupConsumer) PollFunc(ctx context.Context, fn func(*Record)) (int, er
 		g.mu.Unlock()
 		return 0, errors.New("client: GroupConsumer.PollFunc called while another PollFunc runs (from fn, or on another goroutine)")
 	}
-	if g.fnGate == nil {
-		g.fnGate = &groupGate{g: g, sought: map[tp]bool{}} // kept from call to call: one allocation fewer per call
-	}
-	gate := g.fnGate
+	gate := &groupGate{g: g, sought: map[tp]bool{}}
 	g.gate = gate
 	g.mu.Unlock()
 	defer func() {

@@ -149,12 +149,12 @@ type ppart struct {
 	nextDone uint64    // sequence of the next batch whose promises may run
 	held     []*pbatch // finished batches waiting for an earlier one, by sequence
 	// open counts the batches sent at least once and not yet released to run their promises: in
-	// flight, failed and waiting to be re-sent, or answered and held for an earlier one. An idempotent partition starts
-	// a new batch only while it is below maxIdempotentInFlight, so that the leader never writes more
-	// than 4 batches after one a retry may still need it to recognise: the broker answers a stream's
-	// requests as their appends finish, not always in order, so counting only the batches in flight
-	// let a failed batch's later ones pass the leader's window of 5 (it then refused the retry with
-	// OUT_OF_ORDER_SEQUENCE_NUMBER).
+	// flight, failed and waiting to be re-sent, or answered and held for an earlier one. An
+	// idempotent partition starts a new batch only while it is below maxIdempotentInFlight, so that
+	// the leader never writes more than 4 batches after one a retry may still need it to recognise:
+	// the broker answers a stream's requests as their appends finish, not always in order, so
+	// counting only the batches in flight let a failed batch's later ones pass the leader's window
+	// of 5 (it then refused the retry with OUT_OF_ORDER_SEQUENCE_NUMBER).
 	open int
 	// addedGen is the transaction (txnManager.gen) the partition was last added to: its batches are
 	// sent only while it equals the current one (a transactional producer's partitions join each
