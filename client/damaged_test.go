@@ -62,6 +62,14 @@ func TestConsumerStopsAtDamagedRecord(t *testing.T) {
 	if err := tp.CommitTransaction(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The commit is answered once the decision is durable; the coordinator writes the marker after
+	// (as Kafka's does), so the batches below would take offset 3 if sent before it lands.
+	a := newAdmin(t, addr)
+	var end int64
+	waitFor(t, 10*time.Second, func() string { return fmt.Sprintf("log end offset %d, want 4 (the marker)", end) }, func() bool {
+		end, _, _ = a.ListOffsets(ctx, topic, 0, client.OffsetLatest())
+		return end == 4
+	})
 	var good batch.Builder
 	for _, v := range []string{"x", "y", "z"} {
 		good.Append(1_700_000_000_000, nil, []byte(v), nil)
