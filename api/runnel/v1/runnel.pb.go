@@ -674,7 +674,9 @@ func (x *ProducePartition) GetCurrentLeaderEpoch() int32 {
 
 type InitProducerIdRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// transactional_id is empty for an idempotent producer (transactions come later).
+	// transactional_id must be empty: this call serves idempotent producers; a transactional producer
+	// gets its producer id from its transaction coordinator (Transactions.InitProducerId), and a
+	// non-empty id is refused with INVALID_REQUEST.
 	TransactionalId string `protobuf:"bytes,1,opt,name=transactional_id,json=transactionalId,proto3" json:"transactional_id,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
