@@ -320,10 +320,19 @@ func TestTxnZombieFencing(t *testing.T) {
 	}
 	waitAtEnd(t, rc, newAdmin(t, addr), "txz")
 
-	d, err := newAdmin(t, addr).DescribeTransaction(ctx, "zombie")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The coordinator answers EndTxn once PREPARE_COMMIT is durable and completes the transaction
+	// (COMPLETE_COMMIT, start time cleared) only after every marker is written, which is after the
+	// consumer can see them: poll for the completion.
+	adm := newAdmin(t, addr)
+	var d *client.TransactionDescription
+	waitFor(t, 15*time.Second, func() string { return fmt.Sprintf("describe after the commit: %+v, want CompleteCommit", d) }, func() bool {
+		got, err := adm.DescribeTransaction(ctx, "zombie")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d = got
+		return d.State == "CompleteCommit"
+	})
 	// The commit bumped the epoch (KIP-890 part 2); the producer moved to it.
 	if id, epoch := fresh.ProducerID(); d.ProducerID != fid || d.ProducerEpoch != fepoch+1 || id != fid || epoch != fepoch+1 || !d.StartTime.IsZero() {
 		t.Fatalf("describe after the commit: %+v, producer at %d/%d (want producer %d epoch %d, no open transaction)", d, id, epoch, fid, fepoch+1)

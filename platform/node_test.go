@@ -206,7 +206,9 @@ func TestLogAppendTime(t *testing.T) {
 	tn := startNode(t, t.TempDir())
 	tn.createTopic(t, "lat", 1, map[string]string{"message.timestamp.type": "LogAppendTime"})
 	before := time.Now().UnixMilli()
-	r, err := tn.produce(t, "lat", 0, makeBatch("x", 3, 1000, batch.CompressionNone), runnelv1.Acks_ACKS_LEADER)
+	// acks=all: the answer comes once the high watermark covers the batch, so the fetch below sees it
+	// (acks=1 answers before the fsync that moves the high watermark here).
+	r, err := tn.produce(t, "lat", 0, makeBatch("x", 3, 1000, batch.CompressionNone), runnelv1.Acks_ACKS_ALL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +219,10 @@ func TestLogAppendTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := 0
 	err = batch.Split(f.Records, func(b []byte, _ batch.Header) error {
 		return batch.DecodeRecords(b, func(rec batch.Record) error {
+			n++
 			if rec.Timestamp != r.LogAppendTimeMs {
 				return fmt.Errorf("record %d timestamp %d, want append time %d", rec.Offset, rec.Timestamp, r.LogAppendTimeMs)
 			}
@@ -227,6 +231,9 @@ func TestLogAppendTime(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n != 3 {
+		t.Fatalf("fetched %d records, want the 3 produced", n)
 	}
 }
 
