@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,7 +26,9 @@ const diskFile = "e2e-fill"
 
 // mountDisk puts node id's data dir on a tmpfs of size bytes, unmounted (lazily, MNT_DETACH) at the
 // end of the test. It must run before the node first starts. It fails when the process may not mount
-// (not root, no CAP_SYS_ADMIN).
+// (not root, no CAP_SYS_ADMIN). The node gets value-log files of an eighth of the disk, as an operator
+// of a small disk would set them (the default, 1 GiB, is larger than these disks, so retention and
+// value-log GC could give nothing back).
 func (fc *faultCluster) mountDisk(id int32, size int64) error {
 	dir := fc.nodes[id].dir
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -44,6 +47,7 @@ func (fc *faultCluster) mountDisk(id int32, size int64) error {
 			fc.t.Logf("unmount %s: %v", dir, err)
 		}
 	})
+	fc.nodes[id].extraArgs = append(fc.nodes[id].extraArgs, "--value-log-file-size", strconv.FormatInt(size/8, 10))
 	fc.diskMu.Lock()
 	if fc.disks == nil {
 		fc.disks = map[int32]bool{}

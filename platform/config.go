@@ -78,6 +78,10 @@ type Config struct {
 	// dropped once written to disk (plog.Options.PageCacheWindow: 0 takes its default, 256 MiB; < 0
 	// keeps everything).
 	PageCacheWindow int64
+	// ValueLogFileBytes is the size at which the store starts a new value-log file, and the largest
+	// batch it accepts (plog.Options.ValueLogFileSize: 0 takes its default, 1 GiB; Badger takes
+	// [1 MiB, 2 GiB)).
+	ValueLogFileBytes int64
 	// ShutdownTimeout bounds the graceful stop of the gRPC server before open calls are cut (default 10s).
 	ShutdownTimeout time.Duration
 	// Groups configures the consumer group coordinator (heartbeat interval, session timeout bounds, group
@@ -219,6 +223,7 @@ func (c Config) storeOptions() plog.Options {
 	o.IndexCacheSize = c.IndexCacheBytes
 	o.GCInterval = c.ValueLogGCInterval
 	o.PageCacheWindow = c.PageCacheWindow
+	o.ValueLogFileSize = c.ValueLogFileBytes
 	return o
 }
 

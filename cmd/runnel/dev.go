@@ -43,6 +43,7 @@ type nodeFlags struct {
 	cfg       platform.Config
 	noFsync   bool
 	cacheWin  string
+	vlogSize  string
 	logFormat string
 	logLevel  string
 }
@@ -55,6 +56,7 @@ func (f *nodeFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cfg.SerfAddr, "serf-addr", f.cfg.SerfAddr, "host:port of serf gossip, UDP and TCP (empty: no gossip, single node only)")
 	fs.BoolVar(&f.noFsync, "no-fsync", false, "acknowledge acks=all writes without waiting for fsync")
 	fs.StringVar(&f.cacheWin, "page-cache-window", humanize.IBytes(plog.DefaultPageCacheWindow), "how much of the newest log stays in the page cache; older pages are dropped once on disk, so the kernel reuses their memory (a size such as 256MiB or 2GiB, at least 16MiB; unlimited: leave eviction to the kernel)")
+	fs.StringVar(&f.vlogSize, "value-log-file-size", humanize.IBytes(plog.DefaultValueLogFileSize), "size at which the store starts a new value-log file, like Kafka's segment.bytes: larger files pause appends less often (each start holds them ~10-20 ms), smaller ones give disk back sooner after retention; also the largest batch accepted (at least 1MiB, less than 2GiB)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug, info, warn or error")
 }
@@ -164,6 +166,11 @@ func runNode(cmd *cobra.Command, name string, f *nodeFlags) error {
 		return &usageError{err}
 	}
 	cfg.PageCacheWindow = win
+	vlog, err := parseValueLogFileSize(f.vlogSize)
+	if err != nil {
+		return &usageError{err}
+	}
+	cfg.ValueLogFileBytes = vlog
 	if err := cfg.Validate(); err != nil {
 		return &usageError{err}
 	}

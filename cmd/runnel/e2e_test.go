@@ -432,7 +432,8 @@ func TestDevCommand(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"dev", "--data-dir", dir, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-			"--raft-addr", "127.0.0.1:0", "--serf-addr", "127.0.0.1:0", "--no-fsync", "--log-format", "json", "--log-level", "warn"}, strings.NewReader(""), &out, &errb)
+			"--raft-addr", "127.0.0.1:0", "--serf-addr", "127.0.0.1:0", "--no-fsync", "--log-format", "json", "--log-level", "warn",
+			"--value-log-file-size", "3MiB"}, strings.NewReader(""), &out, &errb)
 	}()
 	addrRe := regexp.MustCompile(`listening grpc=(\S+) http=(\S+) raft=(\S+) serf=(\S+) data=(\S+) fsync=false`)
 	var m []string
@@ -451,6 +452,14 @@ func TestDevCommand(t *testing.T) {
 	mustCLI(t, "", "topic", "create", "hello", "--brokers", m[1])
 	if r := mustCLI(t, "", "topic", "list", "--brokers", m[1]); !strings.Contains(r.stdout, "hello") {
 		t.Fatalf("topic list: %s", r.stdout)
+	}
+	// Badger maps the active value-log file at twice --value-log-file-size (the default would be 2 GiB).
+	vlogs, err := filepath.Glob(filepath.Join(dir, "*.vlog"))
+	if err != nil || len(vlogs) == 0 {
+		t.Fatalf("no value-log file in %s: %v", dir, err)
+	}
+	if fi, err := os.Stat(vlogs[len(vlogs)-1]); err != nil || fi.Size() != 6<<20 {
+		t.Fatalf("active value-log file %s: %v, %v; want %d bytes", vlogs[len(vlogs)-1], fi, err, 6<<20)
 	}
 	cancel()
 	select {

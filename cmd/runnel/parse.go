@@ -171,19 +171,36 @@ func parseOutput(s string, allowed ...string) (string, error) {
 // consumers at the end of the log are about to read.
 const minPageCacheWindow = 16 << 20
 
-// parsePageCacheWindow parses --page-cache-window: a size (humanize.ParseBytes: "256MiB", "1GB",
-// "268435456") of at least minPageCacheWindow bytes, or "unlimited" (returned as -1, which keeps
-// everything cached).
+// parsePageCacheWindow parses --page-cache-window: a size (parseSize) of at least minPageCacheWindow
+// bytes, or "unlimited" (returned as -1, which keeps everything cached).
 func parsePageCacheWindow(s string) (int64, error) {
 	if strings.EqualFold(s, "unlimited") {
 		return -1, nil
 	}
-	n, err := humanize.ParseBytes(s)
-	if err != nil { // humanize's own message names its internals, not the flag
-		return 0, fmt.Errorf("--page-cache-window %q: want a size such as 256MiB or 2GiB, or unlimited", s)
+	n, err := parseSize("--page-cache-window", s, minPageCacheWindow, math.MaxInt64)
+	if err != nil {
+		return 0, fmt.Errorf("%w, or unlimited", err)
 	}
-	if n < minPageCacheWindow || n > math.MaxInt64 {
-		return 0, fmt.Errorf("--page-cache-window %q: want at least 16MiB, or unlimited", s)
+	return n, nil
+}
+
+// parseValueLogFileSize parses --value-log-file-size: a size (parseSize) within the bounds Badger
+// takes for its value-log files, [1 MiB, 2 GiB) (plog.Options.ValueLogFileSize).
+func parseValueLogFileSize(s string) (int64, error) {
+	return parseSize("--value-log-file-size", s, 1<<20, 2<<30)
+}
+
+// parseSize parses the value s of the size flag named flag (humanize.ParseBytes: "256MiB", "1GB",
+// "268435456") and checks it lies in [lo, hi) bytes. Its errors name the flag and the accepted range,
+// not humanize's internals.
+func parseSize(flag, s string, lo, hi uint64) (int64, error) {
+	want := fmt.Sprintf("want a size such as 256MiB, at least %s and less than %s", humanize.IBytes(lo), humanize.IBytes(hi))
+	if hi == math.MaxInt64 {
+		want = fmt.Sprintf("want a size such as 256MiB or 2GiB, at least %s", humanize.IBytes(lo))
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil || n < lo || n >= hi {
+		return 0, fmt.Errorf("%s %q: %s", flag, s, want)
 	}
 	return int64(n), nil
 }

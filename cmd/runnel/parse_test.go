@@ -133,3 +133,19 @@ func TestParsePageCacheWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestParseValueLogFileSize(t *testing.T) {
+	for in, want := range map[string]int64{"1GiB": 1 << 30, "1MiB": 1 << 20, "256 MiB": 256 << 20, "2147483647": 2<<30 - 1} {
+		if got, err := parseValueLogFileSize(in); err != nil || got != want {
+			t.Errorf("parseValueLogFileSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "1048575", "2GiB", "4GiB", "unlimited", "-1MiB"} {
+		got, err := parseValueLogFileSize(in)
+		if err == nil {
+			t.Errorf("parseValueLogFileSize(%q) = %d; want an error", in, got)
+		} else if !strings.Contains(err.Error(), "--value-log-file-size") {
+			t.Errorf("parseValueLogFileSize(%q): error %q does not name the flag", in, err)
+		}
+	}
+}
