@@ -440,7 +440,9 @@ func (b *Broker) localTopicLogs(t *meta.Topic) []*plog.Partition {
 }
 
 // storeErr maps storage errors to catalogue errors: a partition deleted under a request is an unknown
-// partition to the client; anything else that is not already a catalogue error is a storage error.
+// partition to the client; anything else that is not already a catalogue error is a storage error. A
+// catalogue error the store wrapped keeps its code and gets the topic's name and the partition in
+// front of the store's context.
 func storeErr(topic string, partition int32, err error) error {
 	if err == nil {
 		return nil
@@ -450,6 +452,11 @@ func storeErr(topic string, partition int32, err error) error {
 	}
 	var e *rerr.Error
 	if errors.As(err, &e) {
+		if err != error(e) {
+			// Wrapped by the store, whose context names the partition by its topic number ("append to
+			// 6-0: ..."), which the client does not know: name it as the client did too.
+			return fmt.Errorf("%s-%d: %w", topic, partition, err)
+		}
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {

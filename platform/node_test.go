@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -234,6 +235,28 @@ func TestLogAppendTime(t *testing.T) {
 	}
 	if n != 3 {
 		t.Fatalf("fetched %d records, want the 3 produced", n)
+	}
+}
+
+// TestBatchLargerThanValueLogFile: a node whose value-log files are 1 MiB (--value-log-file-size)
+// refuses a batch of 2 MiB that the topic's max.message.bytes allows, with MESSAGE_TOO_LARGE naming
+// the topic as the client knows it, stores nothing of it, and keeps taking batches that fit.
+func TestBatchLargerThanValueLogFile(t *testing.T) {
+	tn := startNode(t, t.TempDir(), func(c *platform.Config) { c.ValueLogFileBytes = 1 << 20 })
+	tn.createTopic(t, "wide", 1, map[string]string{"max.message.bytes": fmt.Sprint(4 << 20)})
+	if _, err := tn.produce(t, "wide", 0, makeBatch("keep", 3, 1, batch.CompressionNone), runnelv1.Acks_ACKS_ALL); err != nil {
+		t.Fatal(err)
+	}
+	big := makeBatch(string(bytes.Repeat([]byte("x"), 2<<20)), 1, 1, batch.CompressionNone)
+	_, err := tn.produce(t, "wide", 0, big, runnelv1.Acks_ACKS_ALL)
+	if !errors.Is(err, rerr.ErrMessageTooLarge) || !strings.Contains(err.Error(), "wide-0: ") || !strings.Contains(err.Error(), "value-log file size 1048576") {
+		t.Fatalf("2 MiB batch with 1 MiB value-log files: %v", err)
+	}
+	if _, err := tn.produce(t, "wide", 0, makeBatch("after", 2, 1, batch.CompressionNone), runnelv1.Acks_ACKS_ALL); err != nil {
+		t.Fatal(err)
+	}
+	if got := tn.readAll(t, "wide", 0); strings.Join(got, ",") != "keep-0,keep-1,keep-2,after-0,after-1" {
+		t.Fatalf("stored: %v", got)
 	}
 }
 
