@@ -391,7 +391,7 @@ func (ps *producerState) beginTxnLocked(pid int64, pb *producerBatch, leo int64)
 // txnBatchDone records the outcome of a transactional batch that beginTxnLocked tracked (pb.base and
 // pb.err set). The transaction's exact first offset is that of the earliest admitted batch that was
 // stored: appends are stored in admission order, so it is the least offset of the transaction's
-// records. Completions do not arrive in that order (each append's callback runs on its own goroutine),
+// records. Completions do not arrive in that order (each append's callback runs on a goroutine of the store's callback workers),
 // so a batch that settles before those admitted ahead of it waits for them: taking the first to
 // settle would let a later batch's offset stand for the transaction's start, and the LSO and the ABORT
 // marker's first offset would then leave the earlier batch's records visible to read_committed

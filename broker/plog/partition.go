@@ -284,19 +284,20 @@ func (p *Partition) Append(ctx context.Context, batches []byte, opts AppendOptio
 // AppendAsync is Append without the wait, for callers that answer many partitions in one response: it
 // queues the batches before it returns, so appends started one after another are stored in that order,
 // and later calls done exactly once with what Append would have returned (also for errors found before
-// queueing). done runs on a goroutine of its own, so it may block or take the caller's locks. When the
-// write queue is full (64 MiB queued), AppendAsync waits for room: that is the producers' back-pressure.
+// queueing). done runs on a goroutine that runs nothing else meanwhile (Store.callbacks), so it may
+// block or take the caller's locks. When the write queue is full (64 MiB queued), AppendAsync waits
+// for room: that is the producers' back-pressure.
 func (p *Partition) AppendAsync(batches []byte, opts AppendOptions, done func(AppendResult, error)) {
 	r, err := p.prepare(batches, opts)
 	if err != nil {
-		go done(AppendResult{}, err)
+		p.s.callbacks.run(func() { done(AppendResult{}, err) })
 		return
 	}
 	r.callback = done
 	_ = p.s.room.Acquire(context.Background(), r.held) // fails only with a cancelled ctx
 	if err := p.s.enqueue(r); err != nil {
 		p.s.room.Release(r.held)
-		go done(AppendResult{}, err)
+		p.s.callbacks.run(func() { done(AppendResult{}, err) })
 	}
 }
 

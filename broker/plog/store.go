@@ -112,6 +112,7 @@ type Store struct {
 	flushReqs              chan flushReq // unbuffered: a request is taken only by an idle flusher
 	stopFlusher            chan struct{}
 	flusherDone            chan struct{}
+	callbacks              *callbackRunner // runs AppendAsync's callbacks (callbacks.go)
 	closeOnce              sync.Once
 	closeErr               error
 }
@@ -157,6 +158,7 @@ func Open(opts Options) (*Store, error) {
 		flushReqs:    make(chan flushReq),
 		stopFlusher:  make(chan struct{}),
 		flusherDone:  make(chan struct{}),
+		callbacks:    newCallbackRunner(),
 	}
 	s.syncFn = s.syncToDisk
 	s.writebackFn = (*prefetchFile).writeback
@@ -204,6 +206,7 @@ func (s *Store) Close() error {
 		}
 		s.parts = nil
 		s.partsMu.Unlock()
+		s.callbacks.stop()
 		if err := s.db.Close(); err != nil {
 			s.closeErr = fmt.Errorf("close partition store in %s: %w", s.opts.Dir, err)
 		}
@@ -435,7 +438,7 @@ type appendReq struct {
 	aborted              []AbortedTxn // aborted transactions the batches' ABORT markers end
 	err                  error
 	done                 chan struct{}
-	callback             func(AppendResult, error) // AppendAsync's; run on its own goroutine
+	callback             func(AppendResult, error) // AppendAsync's; run by Store.callbacks
 }
 
 // what names the request in errors.
@@ -488,7 +491,8 @@ func (r *appendReq) finish(err error) {
 	if r.callback != nil {
 		// Not on the writer or syncer goroutine: a slow callback must not hold up every partition.
 		res, err := r.result()
-		go r.callback(res, err)
+		cb := r.callback
+		r.p.s.callbacks.run(func() { cb(res, err) })
 	}
 }
 
