@@ -244,22 +244,33 @@ func TestPacerEarly(t *testing.T) {
 		if from.After(intended) || from.After(clk.now) {
 			t.Fatalf("record %d: measured from %v, after its intended time %v or its send %v", k, from, intended, clk.now)
 		}
-		if intended.After(clk.now) && !from.Equal(clk.now) {
-			t.Fatalf("record %d sent early, at %v, but measured from %v, not from its send", k, clk.now, from)
+		if intended.Sub(from) > early {
+			t.Fatalf("record %d measured from %v, more than Early before its intended time %v", k, from, intended)
 		}
 		if intended.Sub(clk.now) > early {
 			t.Fatalf("record %d sent %v ahead of its time, more than Early", k, intended.Sub(clk.now))
 		}
 	}
 	// 5,000 records over 5 ms at most Early ahead, waking Early/2 before a record is due: a sleep per
-	// half Early's worth of records, not one each.
+	// half Early's worth of records, not one each, and a clock reading per sleep, not per record.
 	if clk.sleeps < 80 || clk.sleeps > 120 {
 		t.Fatalf("%d sleeps for 5,000 records due 1 µs apart with Early %v, want about 100", clk.sleeps, early)
 	}
-	clk.now = clk.now.Add(time.Second) // blocked: the next records are overdue and keep their times
-	_, from, _ := p.Next(ctx)
-	if want := start.Add(5000 * time.Microsecond); !from.Equal(want) {
-		t.Fatalf("overdue record measured from %v, want its intended %v", from, want)
+	if clk.reads < clk.sleeps || clk.reads > 2*clk.sleeps+2 {
+		t.Fatalf("%d clock readings for 5,000 records and %d sleeps, want one or two per sleep", clk.reads, clk.sleeps)
+	}
+	clk.now = clk.now.Add(time.Second) // blocked: the next records are overdue
+	// Those due within Early of the last reading are measured from that reading, at most Early before
+	// their time; the next are overdue by a new reading and keep their intended times.
+	for k := 5000; k < 5300; k++ {
+		_, from, _ := p.Next(ctx)
+		intended := start.Add(time.Duration(k) * time.Microsecond)
+		if from.After(intended) || intended.Sub(from) > early {
+			t.Fatalf("overdue record %d measured from %v, want within Early before its intended %v", k, from, intended)
+		}
+		if k >= 5000+int(early/time.Microsecond) && !from.Equal(intended) {
+			t.Fatalf("overdue record %d measured from %v, want its intended %v", k, from, intended)
+		}
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
@@ -268,10 +279,15 @@ func TestPacerEarly(t *testing.T) {
 	}
 }
 
-// sleepCounter is a fakeClock that counts its sleeps.
+// sleepCounter is a fakeClock that counts its sleeps and readings.
 type sleepCounter struct {
 	fakeClock
-	sleeps int
+	sleeps, reads int
+}
+
+func (c *sleepCounter) Now() time.Time {
+	c.reads++
+	return c.fakeClock.Now()
 }
 
 func (c *sleepCounter) Sleep(ctx context.Context, d time.Duration) {

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,27 +118,30 @@ func TestSourceStampsValues(t *testing.T) {
 
 func timeUnix(ns int64) time.Time { return time.Unix(0, ns) }
 
-// TestTallyClock: a coarse tally reads the clock for its first ack and every clockEvery-th, and gives
-// the acks between the last reading; an exact one reads it at every ack.
-func TestTallyClock(t *testing.T) {
-	tl := &tally{coarse: true}
-	first := tl.clock(1)
-	for n := int64(2); n < clockEvery; n++ {
-		if got := tl.clock(n); !got.Equal(first) {
-			t.Fatalf("ack %d read the clock again (%v, first %v)", n, got, first)
-		}
+// TestTallySamples: every ack is counted, one in latencyEvery is recorded as a latency sample, errors
+// are counted apart and cancellations ignored.
+func TestTallySamples(t *testing.T) {
+	tl := &tally{}
+	intended := time.Now().Add(-time.Millisecond)
+	for range 10 * latencyEvery {
+		tl.ack(intended, 100, nil)
 	}
-	for !time.Now().After(first) {
+	tl.ack(intended, 100, errors.New("refused"))
+	tl.ack(intended, 100, context.Canceled)
+	if got, want := tl.acked.Load(), int64(10*latencyEvery); got != want {
+		t.Fatalf("acked %d, want %d", got, want)
 	}
-	if got := tl.clock(clockEvery); !got.After(first) {
-		t.Fatalf("ack %d kept the reading %v", clockEvery, got)
+	if got, want := tl.bytes.Load(), int64(10*latencyEvery*100); got != want {
+		t.Fatalf("bytes %d, want %d", got, want)
 	}
-	exact := &tally{}
-	a := exact.clock(1)
-	for !time.Now().After(a) {
+	if got := tl.rec.H.Count(); got != 10 {
+		t.Fatalf("%d latency samples of %d acks, want 10 (one in %d)", got, 10*latencyEvery, latencyEvery)
 	}
-	if b := exact.clock(2); !b.After(a) {
-		t.Fatalf("an exact tally reused a reading: %v then %v", a, b)
+	if got := tl.rec.H.Min(); got < time.Millisecond {
+		t.Fatalf("smallest sample %v, want at least the 1 ms since the intended time", got)
+	}
+	if tl.errs.Load() != 1 || tl.errString() != "refused" {
+		t.Fatalf("errors %d (%q), want 1 (refused)", tl.errs.Load(), tl.errString())
 	}
 }
 
