@@ -6,18 +6,6 @@ import (
 	"time"
 )
 
-// waitUntil polls cond until it holds or the deadline passes.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // TestCallbackRunnerBlockedCallback: a callback that blocks holds up neither the caller of run nor the
 // callbacks run after it, as AppendAsync promises ("done may block or take the caller's locks").
 func TestCallbackRunnerBlockedCallback(t *testing.T) {
@@ -65,7 +53,7 @@ func TestCallbackRunnerIdleWorkers(t *testing.T) {
 	}
 	close(release)
 	finished.Wait()
-	waitUntil(t, "the burst's workers to settle", func() bool { return cr.idle.Load() == maxIdleCallbackWorkers })
+	waitFor(t, 10*time.Second, "the burst's workers to settle", func() bool { return cr.idle.Load() == maxIdleCallbackWorkers })
 	// Sequential callbacks are taken by the waiting workers: the count of idle ones never grows.
 	for range 50 {
 		ran := make(chan struct{})
@@ -76,12 +64,10 @@ func TestCallbackRunnerIdleWorkers(t *testing.T) {
 		}
 	}
 	cr.stop()
-	waitUntil(t, "stop to end the idle workers", func() bool { return cr.idle.Load() == 0 })
+	waitFor(t, 10*time.Second, "stop to end the idle workers", func() bool { return cr.idle.Load() == 0 })
 	ran := make(chan struct{})
 	cr.run(func() { close(ran) })
-	select {
-	case <-ran:
-	case <-time.After(10 * time.Second):
+	if !closedWithin(ran, 10*time.Second) {
 		t.Fatal("a callback run after stop did not run")
 	}
 }
