@@ -7,8 +7,8 @@
 // omission). The harness avoids it the way wrk2 and HdrHistogram's corrected mode do: each record has an
 // intended send time from a fixed Schedule (start + i/rate), the generator sends a record as soon as its
 // time has come, however late it is, and the latency of a record is measured from its intended send time,
-// not from the moment it was actually handed to the client (from its actual send only when that was
-// earlier, see Pacer.Early). A stall then shows up as a ramp of large latencies for every record that
+// not from the moment it was actually handed to the client (from a clock reading taken before its
+// actual send when it was handed out early, see Pacer.Early). A stall then shows up as a ramp of large latencies for every record that
 // should have gone out during it.
 //
 // Histogram is a log-linear histogram (as HdrHistogram with 2 significant digits): values are kept in
@@ -263,8 +263,9 @@ type Pacer struct {
 }
 
 // Next waits until the next record is due (or, with Early, until it is due within Early) and returns
-// its index and the time its latency is measured from: the intended send time, or the actual send
-// time when that is earlier. ok is false when ctx ended first.
+// its index and the time its latency is measured from: the intended send time, or, for a record handed
+// out early, the clock reading before it (at most Early before the intended time). ok is false when
+// ctx ended first.
 func (p *Pacer) Next(ctx context.Context) (i int64, from time.Time, ok bool) {
 	intended := p.S.At(p.next)
 	from = intended

@@ -7,7 +7,7 @@ import (
 
 // AckFunc is called once per record when the system acknowledged it (err nil) or gave up on it.
 // intended is the time its latency is measured from (the actual send time in throughput runs; in
-// paced runs the schedule's time, or the actual send for a record sent early); bytes counts its key
+// paced runs the schedule's time, or the pacer's clock reading before an early send); bytes counts its key
 // and value. It may run on any goroutine.
 type AckFunc func(intended time.Time, bytes int, err error)
 

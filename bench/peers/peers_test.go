@@ -118,12 +118,16 @@ func TestSourceStampsValues(t *testing.T) {
 
 func timeUnix(ns int64) time.Time { return time.Unix(0, ns) }
 
-// TestTallySamples: every ack is counted, one in latencyEvery is recorded as a latency sample, errors
-// are counted apart and cancellations ignored.
+// TestTallySamples: every ack is counted, the first and one in latencyEvery after it are recorded as
+// latency samples, errors are counted apart and cancellations ignored.
 func TestTallySamples(t *testing.T) {
 	tl := &tally{}
 	intended := time.Now().Add(-time.Millisecond)
-	for range 10 * latencyEvery {
+	tl.ack(intended, 100, nil)
+	if got := tl.rec.H.Count(); got != 1 {
+		t.Fatalf("the first ack gave %d latency samples, want 1", got)
+	}
+	for range 10*latencyEvery - 1 {
 		tl.ack(intended, 100, nil)
 	}
 	tl.ack(intended, 100, errors.New("refused"))

@@ -327,14 +327,15 @@ func consumeAll(ctx context.Context, d Driver, topic string, partitions int, wan
 }
 
 // pacerEarly is how far ahead of its intended time a paced record may be sent (latency.Pacer.Early),
-// measured then from its actual send (why: latency.Pacer). Every system is paced alike.
+// measured then from the pacer's clock reading before it (why: latency.Pacer). Every system is paced
+// alike.
 const pacerEarly = 100 * time.Microsecond
 
 // runLatency paces w.Producers producers at rate records/s in total, each on its own schedule
 // (their starts staggered so records interleave evenly); for an e2e workload one consumer reads
 // along. Produce latency is ack time minus intended send time, end-to-end latency consumer receipt
-// minus intended send time (the actual send for a record sent early, pacerEarly): both corrected for
-// coordinated omission.
+// minus intended send time (for a record sent early, the clock reading before it, at most pacerEarly
+// earlier): both corrected for coordinated omission. Produce latency is sampled (latencyEvery).
 func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, topic string, src *source, rate float64, t timing) report.Run {
 	run := report.Run{Workload: w, System: sys, TargetRate: rate,
 		LatencyWhat: fmt.Sprintf("ack time minus intended send time (schedule-based, coordinated omission corrected; a record handed out up to %v early counts from the clock reading before it; one ack in 8 sampled)", pacerEarly)}
@@ -391,7 +392,7 @@ func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, to
 				S: latency.Schedule{Start: start.Add(time.Duration(float64(k) / rate * 1e9)), Rate: per}}
 			offset := k * 7919
 			for {
-				i, from, ok := pacer.Next(sctx) // from: the intended send time, or the actual send if earlier
+				i, from, ok := pacer.Next(sctx) // from: the intended send time, or the reading before an early send
 				if !ok || !from.Before(tl.rec.To) {
 					return
 				}

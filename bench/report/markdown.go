@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -128,6 +129,11 @@ func Markdown(w io.Writer, r *Results, charts []string) error {
 		if rt := r.ratioTable(id, w.Kind); rt != "" {
 			p("\n%s", rt)
 		}
+		if w.Kind != KindConsume {
+			if what := latencyNotes(runs); what != "" {
+				p("\nLatency: %s.\n", what)
+			}
+		}
 		p("\n")
 	}
 	if len(r.Notes) > 0 {
@@ -172,11 +178,23 @@ func describe(w Workload) string {
 			what = "A consumer reads along (its load shares the machine): ack = the producer's acknowledgement, e2e = the consumer received the record."
 		}
 		return fmt.Sprintf("%d-byte values, %d producer(s), %d partitions, %s; %s. "+
-			"Latencies are measured from each record's intended send time on a fixed schedule (coordinated omission corrected), or from its actual send for a record sent early (the run's latency note says how early). %s",
+			"Latencies are measured from each record's intended send time on a fixed schedule (coordinated omission corrected), or from a clock reading just before its send for a record sent early (the latency note below says how early and how acknowledgements are sampled). %s",
 			w.Size, w.Producers, w.Partitions, keys, pace, what)
 	}
 	return fmt.Sprintf("%d-byte values, %d producer(s) each on its own connection, %d partitions, %s; as fast as each system takes them. "+
 		"Latency: send to acknowledgement from the actual send; saturated, so it is mostly time queued in the client.", w.Size, w.Producers, w.Partitions, keys)
+}
+
+// latencyNotes joins the distinct LatencyWhat notes of runs (the harness gives every system's run of a
+// workload the same one), in order, with "; ".
+func latencyNotes(runs []Run) string {
+	var notes []string
+	for _, run := range runs {
+		if run.LatencyWhat != "" && !slices.Contains(notes, run.LatencyWhat) {
+			notes = append(notes, run.LatencyWhat)
+		}
+	}
+	return strings.Join(notes, "; ")
 }
 
 // runsOf returns the runs of workload id in SystemOrder. A workload paced as another system's run

@@ -43,7 +43,7 @@ func synthetic() *Results {
 		run := Run{Workload: w, System: sys, Records: int64(rps * 6), Bytes: int64(rps * 6 * float64(w.Size)), Seconds: 6,
 			RecordsPerSec: rps, MBPerSec: rps * float64(w.Size) / 1e6, Latency: l}
 		if w.Kind == KindLatency {
-			run.TargetRate = rps
+			run.TargetRate, run.LatencyWhat = rps, "ack minus intended send (one ack in 8 sampled)"
 		}
 		if w.Kind == KindEndToEnd {
 			run.TargetRate, run.EndToEnd = rps, sum(l.P50Ms*2, l.P99Ms*2)
@@ -167,6 +167,7 @@ func TestMarkdown(t *testing.T) {
 		"| jetstream | os | 50,000 | 50,000 | 1.00 | 20.0 | 30.0 | – | – | – | 0 |\n\nPeer's ack p99 ÷ Runnel's",
 		"| runnel acks=all | 2.00× |",
 		"3: create: boom",
+		"Latency: ack minus intended send (one ack in 8 sampled).\n", // the runs' note, once per workload
 		"| runnel acks=all: p99 40.00 ms at 600,000 rec/s | jetstream: p99 20.00 ms at 50,000 rec/s | 0.50× |",
 		"![throughput](throughput.png)",
 		"| produce throughput vs JetStream, Runnel fsyncing (stronger durability) | produce 100B 1prod 12part no keys |",

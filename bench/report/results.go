@@ -131,8 +131,8 @@ type Run struct {
 	// TargetRate is the paced rate of a latency run (records/s over all producers).
 	TargetRate float64 `json:"target_rate,omitempty"`
 	// Latency: produce runs, send-to-ack from the actual send; latency and e2e runs, ack minus the
-	// intended send time (coordinated omission corrected; the actual send for a record sent early,
-	// LatencyWhat says how early); consume runs, none.
+	// intended send time (coordinated omission corrected; for a record sent early, the pacer's clock
+	// reading before it, LatencyWhat says how early); consume runs, none. Acks are sampled (LatencyWhat).
 	Latency     *latency.Summary `json:"latency,omitempty"`
 	LatencyWhat string           `json:"latency_what,omitempty"`
 	// EndToEnd is, in e2e runs, consumer receipt minus the time Latency is measured from.

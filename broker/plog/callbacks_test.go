@@ -35,8 +35,8 @@ func TestCallbackRunnerBlockedCallback(t *testing.T) {
 	close(release)
 }
 
-// TestCallbackRunnerIdleWorkers: after a burst of concurrent callbacks, at most maxIdleCallbackWorkers
-// workers stay to wait for work (the rest end), later callbacks reuse them, and stop ends them.
+// TestCallbackRunnerIdleWorkers: after a burst of concurrent callbacks, maxIdleCallbackWorkers workers
+// stay to wait for work (the rest end), later callbacks are run by them, and stop ends them.
 func TestCallbackRunnerIdleWorkers(t *testing.T) {
 	cr := newCallbackRunner()
 	const burst = 3 * maxIdleCallbackWorkers
@@ -54,14 +54,15 @@ func TestCallbackRunnerIdleWorkers(t *testing.T) {
 	close(release)
 	finished.Wait()
 	waitFor(t, 10*time.Second, "the burst's workers to settle", func() bool { return cr.idle.Load() == maxIdleCallbackWorkers })
-	// Sequential callbacks are taken by the waiting workers: the count of idle ones never grows.
-	for range 50 {
-		ran := make(chan struct{})
-		cr.run(func() { close(ran) })
-		<-ran
-		if n := cr.idle.Load(); n > maxIdleCallbackWorkers {
-			t.Fatalf("%d workers idle, want at most %d", n, maxIdleCallbackWorkers)
+	// Sequential callbacks are taken by the waiting workers, not by new goroutines: while one runs,
+	// one worker fewer waits.
+	for k := range 50 {
+		idleDuring := make(chan int32, 1)
+		cr.run(func() { idleDuring <- cr.idle.Load() })
+		if n := <-idleDuring; n != maxIdleCallbackWorkers-1 {
+			t.Fatalf("callback %d ran with %d workers waiting, want %d: it was not given to a waiting worker", k, n, maxIdleCallbackWorkers-1)
 		}
+		waitFor(t, 10*time.Second, "the worker to wait again", func() bool { return cr.idle.Load() == maxIdleCallbackWorkers })
 	}
 	cr.stop()
 	waitFor(t, 10*time.Second, "stop to end the idle workers", func() bool { return cr.idle.Load() == 0 })

@@ -77,15 +77,17 @@ type benchResult struct {
 	Group         string  `json:"group,omitempty"`
 	Members       int     `json:"members,omitempty"`
 	FirstRecordMs float64 `json:"first_record_ms,omitempty"`
-	// Latency is what the percentiles measure: "produce-to-ack" per record, "due-to-ack" per record of a
-	// paced (--rate) run (from its scheduled send time: coordinated omission corrected), or "poll" per
-	// PollFunc call.
-	Latency    string  `json:"latency"`
-	LatP50Ms   float64 `json:"p50_ms"`
-	LatP99Ms   float64 `json:"p99_ms"`
-	LatP999Ms  float64 `json:"p999_ms"`
-	LatMaxMs   float64 `json:"max_ms"`
-	FirstError string  `json:"first_error,omitempty"`
+	// Latency is what the percentiles measure: "produce-to-ack" of a record, "due-to-ack" of a record of
+	// a paced (--rate) run (from its scheduled send time: coordinated omission corrected), or "poll" per
+	// PollFunc call. LatencySamples is how many values they are taken from: bench produce samples one
+	// acknowledgement in latencyEvery.
+	Latency        string  `json:"latency"`
+	LatencySamples uint64  `json:"latency_samples"`
+	LatP50Ms       float64 `json:"p50_ms"`
+	LatP99Ms       float64 `json:"p99_ms"`
+	LatP999Ms      float64 `json:"p999_ms"`
+	LatMaxMs       float64 `json:"max_ms"`
+	FirstError     string  `json:"first_error,omitempty"`
 	// Transactional runs (`bench produce --transactional`): the commit interval asked for, commits and
 	// aborts made, commits per second, and the latency of CommitTransaction (flush and EndTxn).
 	Transactional bool    `json:"transactional,omitempty"`
@@ -104,6 +106,7 @@ func (r *benchResult) fill(n, bytes int64, elapsed time.Duration, h *histogram) 
 	r.MBPerSec = rate(bytes, elapsed) / 1e6
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	r.LatP50Ms, r.LatP99Ms, r.LatP999Ms, r.LatMaxMs = ms(h.Quantile(0.5)), ms(h.Quantile(0.99)), ms(h.Quantile(0.999)), ms(h.Max())
+	r.LatencySamples = h.Count()
 }
 
 func (r *benchResult) print(w io.Writer, output string) error {
@@ -132,7 +135,7 @@ func (r *benchResult) print(w io.Writer, output string) error {
 	}
 	fmt.Fprintf(tw, "records\t%s in %.2fs, %s errors\n", comma(r.Records), r.Seconds, comma(r.Errors))
 	fmt.Fprintf(tw, "throughput\t%s records/s, %.1f MB/s\n", comma(int64(r.RecordsPerSec)), r.MBPerSec)
-	fmt.Fprintf(tw, "latency (%s)\tp50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms\n", r.Latency, r.LatP50Ms, r.LatP99Ms, r.LatP999Ms, r.LatMaxMs)
+	fmt.Fprintf(tw, "latency (%s)\tp50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms, of %s samples\n", r.Latency, r.LatP50Ms, r.LatP99Ms, r.LatP999Ms, r.LatMaxMs, comma(int64(r.LatencySamples)))
 	if r.FirstError != "" {
 		fmt.Fprintf(tw, "first error\t%s\n", r.FirstError)
 	}
@@ -409,11 +412,12 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 			}
 			var sent int64
 			defer func() { st.read.Add(sent) }()
+			every := stampEvery(rateLimit / float64(producers))
 			for i := 0; ctx.Err() == nil; i++ {
 				if sent == quota {
 					break
 				}
-				if i%clockEvery == 0 {
+				if i%every == 0 {
 					// One clock read for a few records (a few microseconds of producing): the record's
 					// timestamp, from which its latency is measured, is then at most that much early,
 					// which overstates the latency by as much, where a read per record cost about a
@@ -424,8 +428,6 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 					if pace != nil {
 						stamp, now = pace.next(i, now)
 					}
-				}
-				if i%64 == 0 {
 					if duration > 0 && now.After(deadline) {
 						break
 					}
@@ -477,14 +479,26 @@ func benchProduce(ctx context.Context, brokers []string, opts []client.ProducerO
 // sdkBuffer is the SDK's default producer buffer, as the help texts give it.
 var sdkBuffer = humanize.IBytes(uint64(client.DefaultProducer().MaxBufferedBytes))
 
-// clockEvery is how many records bench produce stamps with one clock read.
+// clockEvery is the most records bench produce stamps with one clock read.
 const clockEvery = 16
 
+// stampEvery returns how many records a producer paced at rate records/s (0: unpaced) stamps with one
+// clock read: clockEvery when they are due within about 20 µs, fewer at lower rates, down to one.
+// Paced, the records of one stamp go out together, so at 10 records/s a stamp per 16 sent bursts of
+// 16 every 1.6 s, and a --duration ran over by as much.
+func stampEvery(rate float64) int {
+	if rate <= 0 {
+		return clockEvery
+	}
+	return max(1, min(clockEvery, int(rate*20e-6)))
+}
+
 // latencyEvery is how many acknowledgements share one latency sample: bench produce records the
-// latency of every latencyEvery-th acknowledgement (in arrival order, which has nothing to do with how
-// long they took), as bench/peers does, and counts the others. A clock reading and the histogram's
-// updates per record took about a sixth of this process's CPU at full speed (docs/performance.md),
-// CPU the node on the same machine could have used. Kafka's producer-perf-test samples the same way.
+// latency of the first acknowledgement and of every latencyEvery-th after it (in arrival order, which
+// has nothing to do with how long they took), as bench/peers does, and counts the others. In a CPU
+// profile of this process at full speed (make bench-profile) the clock reading per record took 10.8 %
+// and the histogram's updates 4.7 %: CPU the node on the same machine could have used. Kafka's
+// producer-perf-test samples the same way.
 const latencyEvery = 8
 
 // benchPacer paces one producer of `bench produce --rate` to its share of the rate, with coordinated

@@ -380,6 +380,28 @@ func TestCLIDemoAndBench(t *testing.T) {
 	if res.Records != 3000 || res.Errors != 0 || res.Bytes != 3000*(100+11) || res.LatP50Ms <= 0 || res.Partitions != 4 {
 		t.Fatalf("bench produce: %+v", res)
 	}
+	// Latency is sampled from one acknowledgement in latencyEvery, the first always: a run of 3
+	// records has its one sample.
+	if res.LatencySamples != 3000/latencyEvery {
+		t.Fatalf("bench produce of 3,000 records: %d latency samples, want %d", res.LatencySamples, 3000/latencyEvery)
+	}
+	r = mustCLI(t, "", "bench", "produce", "--topic", "sampled", "--count", "3", "-o", "json", "-q", b)
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Records != 3 || res.LatencySamples != 1 || res.LatP50Ms <= 0 {
+		t.Fatalf("bench produce --count 3: %+v", res)
+	}
+	// Paced at 20 records/s for 300 ms: records are due at 0, 50, ..., 300 ms, one clock read each, and
+	// the run ends at its duration. Stamped 16 at a time, they went out in bursts of 16 and the run
+	// checked its deadline every 64 records: 64 records in 3.2 s.
+	r = mustCLI(t, "", "bench", "produce", "--topic", "paced", "--duration", "300ms", "--rate", "20", "-o", "json", "-q", b)
+	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Records < 1 || res.Records > 7 || res.Errors != 0 {
+		t.Fatalf("bench produce --duration 300ms --rate 20: %d records (want 1-7, as scheduled), %+v", res.Records, res)
+	}
 	r = mustCLI(t, "", "bench", "consume", "--topic", "b", "-o", "json", "-q", b)
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatal(err)
