@@ -16,8 +16,8 @@ const maxIdleCallbackWorkers = 8
 // Why workers rather than a goroutine per callback: a callback answers a produce request, a call
 // chain deep enough that a new goroutine's stack grew by copying on nearly every append: stack growth
 // was 5.9 % of the node's CPU samples at 1.4 M records/s, where many small requests arrive, and 2.0 %
-// with workers (docs/performance.md, "A goroutine per append"). A worker's
-// stack has grown once; handing it a callback is one channel send to a waiting goroutine.
+// with workers (docs/performance.md, "A goroutine per append"). A worker's stack has grown once;
+// handing it a callback is one channel send to a waiting goroutine.
 type callbackRunner struct {
 	work chan func() // unbuffered: a send succeeds only when a worker is waiting in its receive
 	idle atomic.Int32

@@ -119,9 +119,8 @@ type Store struct {
 
 // Open opens (creating if needed) the Badger DB in opts.Dir and starts the writer, syncer, GC, prefetch
 // and flush goroutines; Close stops them (and the idle append-callback workers; one running a callback
-// ends when it returns). Badger replays its logs on open, so writes survive a crash of
-// the process (kill -9) and, when fsynced, of the machine. Partitions are recovered lazily by
-// Store.Partition.
+// ends when it returns). Badger replays its logs on open, so writes survive a crash of the process
+// (kill -9) and, when fsynced, of the machine. Partitions are recovered lazily by Store.Partition.
 func Open(opts Options) (*Store, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
