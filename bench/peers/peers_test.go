@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -146,6 +147,30 @@ func TestTallySamples(t *testing.T) {
 	}
 	if tl.errs.Load() != 1 || tl.errString() != "refused" {
 		t.Fatalf("errors %d (%q), want 1 (refused)", tl.errs.Load(), tl.errString())
+	}
+}
+
+// TestReceiptsSample: an e2e consumer counts every record and samples the end-to-end latency of the
+// first and one in latencyEvery after it, from the stamp in the value.
+func TestReceiptsSample(t *testing.T) {
+	r := &receipts{}
+	value := make([]byte, 100)
+	binary.BigEndian.PutUint64(value, uint64(time.Now().Add(-time.Millisecond).UnixNano()))
+	r.receive(value)
+	if got := r.rec.H.Count(); got != 1 {
+		t.Fatalf("the first record gave %d samples, want 1", got)
+	}
+	for range 10*latencyEvery - 1 {
+		r.receive(value)
+	}
+	if got := r.consumed.Load(); got != 10*latencyEvery {
+		t.Fatalf("consumed %d, want %d", got, 10*latencyEvery)
+	}
+	if got := r.rec.H.Count(); got != 10 {
+		t.Fatalf("%d samples of %d records, want 10", got, 10*latencyEvery)
+	}
+	if got := r.rec.H.Min(); got < time.Millisecond {
+		t.Fatalf("smallest sample %v, want at least the 1 ms since the stamp", got)
 	}
 }
 

@@ -62,6 +62,22 @@ func (t *tally) ack(intended time.Time, n int, err error) {
 	}
 }
 
+// receipts counts the records an e2e run's consumer receives and samples their end-to-end latency as
+// tally samples acknowledgements: the first and every latencyEvery-th, from the intended send time
+// stamped in the value's first 8 bytes (source.record) to a clock reading at receipt. A reading and a
+// histogram update per record cost the harness's consumer as much as they cost its acknowledgements,
+// at the rate of the system under test.
+type receipts struct {
+	consumed atomic.Int64
+	rec      latency.Recorder
+}
+
+func (r *receipts) receive(value []byte) {
+	if r.consumed.Add(1)%latencyEvery == 1 && len(value) >= 8 {
+		r.rec.Record(time.Unix(0, int64(binary.BigEndian.Uint64(value))), time.Now())
+	}
+}
+
 func (t *tally) errString() string {
 	if e := t.firstErr.Load(); e != nil {
 		return (*e).Error()
@@ -335,10 +351,10 @@ const pacerEarly = 100 * time.Microsecond
 // (their starts staggered so records interleave evenly); for an e2e workload one consumer reads
 // along. Produce latency is ack time minus intended send time, end-to-end latency consumer receipt
 // minus intended send time (for a record sent early, the clock reading before it, at most pacerEarly
-// earlier): both corrected for coordinated omission. Produce latency is sampled (latencyEvery).
+// earlier): both corrected for coordinated omission, both sampled (latencyEvery).
 func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, topic string, src *source, rate float64, t timing) report.Run {
 	run := report.Run{Workload: w, System: sys, TargetRate: rate,
-		LatencyWhat: fmt.Sprintf("ack time minus intended send time (schedule-based, coordinated omission corrected; a record handed out up to %v early counts from the clock reading before it; one ack in 8 sampled)", pacerEarly)}
+		LatencyWhat: fmt.Sprintf("ack time minus intended send time (schedule-based, coordinated omission corrected; a record handed out up to %v early counts from the clock reading before it; one ack in 8 sampled, and one received record in 8 for e2e)", pacerEarly)}
 	if rate <= 0 {
 		run.Error = "no maximum throughput measured to pace at"
 		return run
@@ -348,8 +364,7 @@ func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, to
 		return run
 	}
 	tl := &tally{}
-	e2e := &latency.Recorder{}
-	var consumed atomic.Int64
+	e2e := &receipts{}
 	withConsumer := w.Kind == report.KindEndToEnd
 	cctx, cancelConsumer := context.WithCancel(ctx)
 	defer cancelConsumer()
@@ -362,13 +377,7 @@ func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, to
 		}
 		defer c.Close()
 		go func() {
-			cerr <- c.Run(cctx, func(_, value []byte) {
-				now := time.Now()
-				consumed.Add(1)
-				if len(value) >= 8 {
-					e2e.Record(time.Unix(0, int64(binary.BigEndian.Uint64(value))), now)
-				}
-			})
+			cerr <- c.Run(cctx, func(_, value []byte) { e2e.receive(value) })
 		}()
 	} else {
 		cerr <- nil
@@ -380,7 +389,7 @@ func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, to
 	}
 	start := time.Now().Add(50 * time.Millisecond)
 	tl.rec.From, tl.rec.To = start.Add(t.warmup), start.Add(t.warmup+t.latency)
-	e2e.From, e2e.To = tl.rec.From, tl.rec.To
+	e2e.rec.From, e2e.rec.To = tl.rec.From, tl.rec.To
 	sctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	per := rate / float64(len(ps))
@@ -415,7 +424,7 @@ func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, to
 	ferr := finish(ps, t)
 	// Let the consumer catch up with everything acknowledged, for the end-to-end figures.
 	deadline := time.Now().Add(30 * time.Second)
-	for withConsumer && consumed.Load() < tl.acked.Load() && time.Now().Before(deadline) && ctx.Err() == nil {
+	for withConsumer && e2e.consumed.Load() < tl.acked.Load() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 	cancelConsumer()
@@ -426,7 +435,7 @@ func runLatency(ctx context.Context, d Driver, sys string, w report.Workload, to
 	s := tl.rec.H.Summary()
 	run.Latency = &s
 	if withConsumer {
-		es := e2e.H.Summary()
+		es := e2e.rec.H.Summary()
 		run.EndToEnd = &es
 	}
 	run.Errors = tl.errs.Load()
