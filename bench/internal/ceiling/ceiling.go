@@ -99,8 +99,11 @@ func GRPCStream(size int, dur time.Duration) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	// The node's buffer pool (api/grpcbuf): the ceiling is the transport the node actually gets.
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(size+1<<20), experimental.BufferPool(grpcbuf.Shared))
+	// The node's buffer pool (api/grpcbuf), socket buffers and flow-control windows (platform/node.go):
+	// the ceiling is the transport the node actually gets.
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(size+1<<20), experimental.BufferPool(grpcbuf.Shared),
+		grpc.ReadBufferSize(256<<10), grpc.WriteBufferSize(256<<10),
+		grpc.InitialWindowSize(4<<20), grpc.InitialConnWindowSize(16<<20))
 	runnelv1.RegisterRecordsServer(srv, sink{})
 	go srv.Serve(ln)
 	defer srv.Stop()
