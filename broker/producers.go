@@ -388,15 +388,15 @@ func (ps *producerState) beginTxnLocked(pid int64, pb *producerBatch, leo int64)
 	return txn
 }
 
-// txnBatchDone records the outcome of a transactional batch that beginTxnLocked tracked (pb.base and
-// pb.err set). The transaction's exact first offset is that of the earliest admitted batch that was
-// stored: appends are stored in admission order, so it is the least offset of the transaction's
-// records. Completions do not arrive in that order (each append's callback runs on a goroutine of the store's callback workers),
-// so a batch that settles before those admitted ahead of it waits for them: taking the first to
-// settle would let a later batch's offset stand for the transaction's start, and the LSO and the ABORT
-// marker's first offset would then leave the earlier batch's records visible to read_committed
-// readers. A transaction none of whose batches was stored keeps its lower bound, so the LSO stays held
-// until its marker (which then says it wrote nothing here).
+// txnBatchDone records the outcome of a transactional batch that beginTxnLocked tracked (pb.base
+// and pb.err set). The transaction's exact first offset is that of the earliest admitted batch that
+// was stored: appends are stored in admission order, so it is the least offset of the transaction's
+// records. Completions do not arrive in that order (the store's callback workers run each append's
+// callback on its own), so a batch that settles before those admitted ahead of it waits for them:
+// taking the first to settle would let a later batch's offset stand for the transaction's start,
+// and the LSO and the ABORT marker's first offset would then leave the earlier batch's records
+// visible to read_committed readers. A transaction none of whose batches was stored keeps its lower
+// bound, so the LSO stays held until its marker (which then says it wrote nothing here).
 func (ps *producerState) txnBatchDone(pid int64, txn *ongoingTxn, pb *producerBatch) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()

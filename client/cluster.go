@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/experimental"
 )
 
 // cluster is the one place that dials brokers and the one place that decides retries. Producer,
@@ -78,20 +77,14 @@ func (c *cluster) dial(addr string) (*grpc.ClientConn, error) {
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessageBytes), grpc.MaxCallSendMsgSize(maxMessageBytes)),
 		grpc.WithUserAgent(c.cfg.clientID),
-		// Produce requests and fetch answers are megabytes; larger windows and buffers keep a single
-		// stream from stalling on flow control at local-network speeds.
-		grpc.WithInitialWindowSize(4 << 20),
-		grpc.WithInitialConnWindowSize(16 << 20),
-		grpc.WithReadBufferSize(256 << 10),
-		grpc.WithWriteBufferSize(256 << 10),
-		// Received frames are read into buffers that are not cleared first (api/grpcbuf).
-		experimental.WithBufferPool(grpcbuf.Shared),
 		// A broker that accepts connections but does not answer (paused, overloaded) fails the
 		// connection attempt after connectTimeout, and the calls waiting on it with it, so the retry
 		// goes to another broker instead of spending the whole request timeout on this one (gRPC's
 		// default is 20 s).
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}),
 	}
+	// Larger windows and buffers, and received frames read into uncleared buffers (api/grpcbuf).
+	opts = append(opts, grpcbuf.DialOptions()...)
 	opts = append(opts, c.cfg.dialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {

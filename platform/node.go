@@ -21,7 +21,6 @@ import (
 	"github.com/runnel-io/runnel/platform/membership"
 	"github.com/runnel-io/runnel/platform/quorum"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -142,25 +141,19 @@ func (n *Node) Start() (err error) {
 		return fmt.Errorf("start the transaction coordinator: %w", err)
 	}
 	n.broker.SetTxnVerifier(n.txns)
-	n.grpc = grpc.NewServer(append([]grpc.ServerOption{
+	srvOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(broker.MaxMessageBytes),
 		grpc.MaxSendMsgSize(broker.MaxMessageBytes),
 		// Fetch answers go out with their records referenced, not copied (broker/fetch_codec.go).
 		broker.ServerCodec(),
-		// Received frames are read into buffers that are not cleared first (api/grpcbuf).
-		experimental.BufferPool(grpcbuf.Shared),
-		// The SDK's socket buffers and windows (client/cluster.go) on the node's side too: with gRPC's
-		// defaults (32 KiB reads, a 64 KiB window grown by its BDP probe) a producer's stream took more
-		// reads, window updates and wakeups per MiB; with these, node CPU at 1.4 M records/s fell by
-		// 2.5 % and the maximum rose by 4 % (docs/performance.md, eighteenth session).
-		grpc.ReadBufferSize(256 << 10),
-		grpc.WriteBufferSize(256 << 10),
-		grpc.InitialWindowSize(4 << 20),
-		grpc.InitialConnWindowSize(16 << 20),
 		// Produce streams and long polls live long; keep idle connections up and notice dead peers.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-	}, n.tel.serverOptions()...)...)
+	}
+	// Received frames read into uncleared buffers, and the SDK's socket buffers and flow-control
+	// windows (api/grpcbuf).
+	srvOpts = append(srvOpts, grpcbuf.ServerOptions()...)
+	n.grpc = grpc.NewServer(append(srvOpts, n.tel.serverOptions()...)...)
 	runnelv1.RegisterRecordsServer(n.grpc, n.broker)
 	runnelv1.RegisterAdminServer(n.grpc, n.broker)
 	runnelv1.RegisterReplicationServer(n.grpc, n.broker)

@@ -70,7 +70,9 @@ func TestGRPCWithUnclearedBuffers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(experimental.BufferPool(q))
+	// The node's and the SDK's transport options, with the poisoned pool in place of Shared (later
+	// options win): frames are read with their socket buffers and windows.
+	srv := grpc.NewServer(append(ServerOptions(), experimental.BufferPool(q))...)
 	testgrpc.RegisterTestServiceServer(srv, echo{})
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -78,8 +80,8 @@ func TestGRPCWithUnclearedBuffers(t *testing.T) {
 		srv.Stop()
 		<-served
 	})
-	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		experimental.WithBufferPool(q))
+	cc, err := grpc.NewClient(ln.Addr().String(), append(DialOptions(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), experimental.WithBufferPool(q))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,9 @@
 // Package grpcbuf is the pool of byte buffers that the node's gRPC server and the connections of the
 // SDK and of brokers to each other give gRPC (grpc/experimental.BufferPool and WithBufferPool), and
 // that the broker keeps records in (the records of decoded produce requests and of fetch answers,
-// broker/produce_codec.go and broker/fetch_codec.go).
+// broker/produce_codec.go and broker/fetch_codec.go). ServerOptions and DialOptions (transport.go)
+// give the node's server and the SDK's connections that pool with the socket buffer and flow-control
+// window sizes they share.
 //
 // gRPC's default pool clears every buffer it hands out, and each received HTTP/2 data frame over
 // 1 KiB is read into one: a pass over every byte produced to a node or fetched from it, 5 % of the

@@ -1,15 +1,16 @@
 // Package latency records latency distributions for the benchmark harness, with coordinated omission
 // corrected.
 //
-// A closed-loop load generator (send, wait for the answer, send the next) stops sending while the system
-// under test stalls, so the requests that would have been sent during the stall are never measured: the
-// generator "coordinates" with the system and omits exactly the bad samples (Gil Tene's coordinated
-// omission). The harness avoids it the way wrk2 and HdrHistogram's corrected mode do: each record has an
-// intended send time from a fixed Schedule (start + i/rate), the generator sends a record as soon as its
-// time has come, however late it is, and the latency of a record is measured from its intended send time,
-// not from the moment it was actually handed to the client (from a clock reading taken before its
-// actual send when it was handed out early, see Pacer.Early). A stall then shows up as a ramp of large latencies for every record that
-// should have gone out during it.
+// A closed-loop load generator (send, wait for the answer, send the next) stops sending while the
+// system under test stalls, so the requests that would have been sent during the stall are never
+// measured: the generator "coordinates" with the system and omits exactly the bad samples (Gil
+// Tene's coordinated omission). The harness avoids it the way wrk2 and HdrHistogram's corrected
+// mode do: each record has an intended send time from a fixed Schedule (start + i/rate), the
+// generator sends a record as soon as its time has come, however late it is, and the latency of a
+// record is measured from its intended send time, not from the moment it was actually handed to the
+// client (from a clock reading taken before its actual send when it was handed out early, see
+// Pacer.Early). A stall then shows up as a ramp of large latencies for every record that should
+// have gone out during it.
 //
 // Histogram is a log-linear histogram (as HdrHistogram with 2 significant digits): values are kept in
 // buckets at most 1/64 (1.6 %) wide relative to their value, counts are atomic so producers and ack

@@ -800,19 +800,20 @@ func (s *Store) commit(entries []*badger.Entry) error {
 	return txn.Commit()
 }
 
-// writebackBytes is how much of the active value log may be dirty, without Options.Fsync, before the
-// prefetch goroutine starts writing it back (prefetch.go): sync_file_range(SYNC_FILE_RANGE_WRITE) of
-// what was written since the last writeback, up to writebackLag short of the end, which starts the
-// I/O and waits for nothing. Without it the pages stay dirty (the kernel writes them back after 30 s,
-// or once gigabytes are dirty) until Badger rotates to the next value-log file, which it does every
-// ValueLogFileSize (256 MiB when this was measured: every 4 s at 60 MB/s; 1 GiB now) and which
-// msyncs the whole file it leaves on Badger's write path: every write of every partition waited
-// 75-450 ms for that on a 2-core machine, which made the produce p99 at half of the maximum
-// throughput (issue 9). With a writeback every few MiB the rotation finds the file nearly clean.
-// RocksDB's bytes_per_sync does the same, with the same call, for the same reason. (An msync or fsync instead, as at first, also commits ext4's journal and
-// locks the folio Badger is writing into while it is written back: at 50,000 records/s every one of
-// them held Badger's writes for 5-45 ms.) The data is no more durable for it: nobody waits for the
-// writeback, so acknowledgements promise nothing more than before.
+// writebackBytes is how much of the active value log may be dirty, without Options.Fsync, before
+// the prefetch goroutine starts writing it back (prefetch.go):
+// sync_file_range(SYNC_FILE_RANGE_WRITE) of what was written since the last writeback, up to
+// writebackLag short of the end, which starts the I/O and waits for nothing. Without it the pages
+// stay dirty (the kernel writes them back after 30 s, or once gigabytes are dirty) until Badger
+// rotates to the next value-log file, which it does every ValueLogFileSize (256 MiB when this was
+// measured: every 4 s at 60 MB/s; 1 GiB now) and which msyncs the whole file it leaves on Badger's
+// write path: every write of every partition waited 75-450 ms for that on a 2-core machine, which
+// made the produce p99 at half of the maximum throughput (issue 9). With a writeback every few MiB
+// the rotation finds the file nearly clean. RocksDB's bytes_per_sync does the same, with the same
+// call, for the same reason. (An msync or fsync instead, as at first, also commits ext4's journal
+// and locks the folio Badger is writing into while it is written back: at 50,000 records/s every
+// one of them held Badger's writes for 5-45 ms.) The data is no more durable for it: nobody waits
+// for the writeback, so acknowledgements promise nothing more than before.
 const writebackBytes = 4 << 20
 
 // syncLoop is the syncer goroutine: it fsyncs once for all groups written since the last fsync, then

@@ -25,7 +25,6 @@ import (
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/experimental"
 )
 
 // Result is one ceiling: its name, bandwidth (MB = 10^6 bytes) and how it was measured.
@@ -99,20 +98,17 @@ func GRPCStream(size int, dur time.Duration) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	// The node's buffer pool (api/grpcbuf), socket buffers and flow-control windows (platform/node.go):
+	// The node's transport options (api/grpcbuf: buffer pool, socket buffers, flow-control windows):
 	// the ceiling is the transport the node actually gets.
-	srv := grpc.NewServer(grpc.MaxRecvMsgSize(size+1<<20), experimental.BufferPool(grpcbuf.Shared),
-		grpc.ReadBufferSize(256<<10), grpc.WriteBufferSize(256<<10),
-		grpc.InitialWindowSize(4<<20), grpc.InitialConnWindowSize(16<<20))
+	srv := grpc.NewServer(append(grpcbuf.ServerOptions(), grpc.MaxRecvMsgSize(size+1<<20))...)
 	runnelv1.RegisterRecordsServer(srv, sink{})
 	go srv.Serve(ln)
 	defer srv.Stop()
-	// The dial options the SDK uses (client/cluster.go), so the ceiling is the transport Runnel's
-	// clients actually get.
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(size+1<<20)),
-		grpc.WithInitialWindowSize(4<<20), grpc.WithInitialConnWindowSize(16<<20),
-		grpc.WithReadBufferSize(256<<10), grpc.WithWriteBufferSize(256<<10), experimental.WithBufferPool(grpcbuf.Shared))
+	// The transport options the SDK dials with (client/cluster.go), so the ceiling is the transport
+	// Runnel's clients actually get.
+	conn, err := grpc.NewClient(ln.Addr().String(), append(grpcbuf.DialOptions(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(size+1<<20)))...)
 	if err != nil {
 		return Result{}, err
 	}
