@@ -25,7 +25,7 @@ type produceCall struct {
 	resp      *runnelv1.ProduceResponse
 	remaining atomic.Int32
 	once      sync.Once
-	mu        sync.Mutex // guards resp's results against the timeout reading them
+	mu        sync.Mutex // guards resp's results against the timeout reading them, and timer
 	done      chan struct{}
 	timer     *time.Timer
 	onDone    func(*runnelv1.ProduceResponse) // may be nil
@@ -44,8 +44,11 @@ func (c *produceCall) settled() {
 
 func (c *produceCall) finish() {
 	c.once.Do(func() {
-		if c.timer != nil {
-			c.timer.Stop()
+		c.mu.Lock()
+		t := c.timer
+		c.mu.Unlock()
+		if t != nil {
+			t.Stop()
 		}
 		close(c.done)
 		if c.onDone != nil {
@@ -105,7 +108,11 @@ func (b *Broker) startProduce(ctx context.Context, req *runnelv1.ProduceRequest,
 	for i, pp := range req.Partitions {
 		c.resp.Partitions[i] = &runnelv1.ProducePartitionResult{Topic: pp.Topic, Partition: pp.Partition, BaseOffset: -1, LogAppendTimeMs: -1, LogStartOffset: -1}
 	}
+	// Set under mu: a short timeout, or a process paused right here (SIGSTOP), runs the timer's
+	// finish before this goroutine goes on, and finish reads timer (a data race the e2e tests caught).
+	c.mu.Lock()
 	c.timer = time.AfterFunc(timeout, c.timeout)
+	c.mu.Unlock()
 	now := time.Now().UnixMilli()
 	for i, pp := range req.Partitions {
 		r := c.resp.Partitions[i]
