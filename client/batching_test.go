@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -13,9 +14,9 @@ import (
 	"github.com/runnel-io/runnel/client/batch"
 )
 
-// Natural batching (the default linger 0): a record is sent as soon as a request slot is free, and the
-// records produced while every slot is taken go together in one batch once an answer frees one; they
-// are all stored, in order.
+// Natural batching (the default linger 0): a record is sent at once when nothing is in flight, and the
+// records produced while the one request slot is taken go together in one batch once its answer frees
+// it; they are all stored, in order.
 func TestNaturalBatching(t *testing.T) {
 	addr := startNode(t)
 	createTopic(t, addr, "nb", 1, nil)
@@ -72,6 +73,135 @@ func TestNaturalBatching(t *testing.T) {
 			t.Fatalf("record %d: %q at offset %d, want %q at %d", i, r.Value, r.Offset, want, i)
 		}
 	}
+}
+
+// requestLog records, per produce request the proxy read, how many records each partition's batch
+// held.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []map[int32]int
+}
+
+func (l *requestLog) observe(req *runnelv1.ProduceRequest) {
+	m := map[int32]int{}
+	for _, pp := range req.Partitions {
+		batch.DecodeRecords(pp.Records, func(batch.Record) error { m[pp.Partition]++; return nil })
+	}
+	l.mu.Lock()
+	l.reqs = append(l.reqs, m)
+	l.mu.Unlock()
+}
+
+func (l *requestLog) seen() []map[int32]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.reqs)
+}
+
+// waitRequests polls until the proxy has read n produce requests.
+func (l *requestLog) waitRequests(t *testing.T, n int) []map[int32]int {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got := l.seen()
+		if len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d produce requests within 30s, want %d: %v", len(got), n, got)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Natural batching keeps one request in flight below full speed: with a request unanswered and slots
+// free (the default 5), records for another partition wait in their open batch instead of going in a
+// request of their own, and ride along with the next request that goes anyway, here one a full batch
+// makes. Then everything is stored, in order.
+func TestNaturalBatchingOneRequestInFlight(t *testing.T) {
+	addr := startNode(t)
+	createTopic(t, addr, "nb1", 2, nil)
+	px := startProxy(t, addr)
+	var log requestLog
+	px.requests = log.observe
+	p := newProducer(t, px.addr, client.WithBatchBytes(1024))
+	t.Cleanup(px.release) // before the producer's Close, which waits for the answers
+	ctx := context.Background()
+	px.holdAnswers()
+	ps := newPromises()
+	seq := 0
+	produce := func(partition int32, value []byte) {
+		r := client.NewRecord("nb1", nil, value)
+		r.Partition = partition
+		p.Produce(ctx, r, ps.fn(seq))
+		seq++
+	}
+	produce(0, []byte("a-0"))
+	log.waitRequests(t, 1) // nothing was in flight: sent at once
+	for i := range 3 {
+		produce(1, fmt.Appendf(nil, "b-%d", i))
+	}
+	// Three records of 300 bytes fill partition 0's 1 KiB batch; the fourth seals it, and the full
+	// batch goes at once with a slot free, taking partition 1's open batch along.
+	big := make([]byte, 300)
+	for range 4 {
+		produce(0, big)
+	}
+	got := log.waitRequests(t, 2)
+	if want := (map[int32]int{0: 3, 1: 3}); len(got) != 2 || !maps.Equal(got[1], want) {
+		t.Fatalf("requests %v, want the second to carry %v (partition 1's records were not to go on their own)", got, want)
+	}
+	px.release()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ps.check(t, seq)
+	c := newConsumer(t, addr)
+	for part, n := range map[int32]int{0: 5, 1: 3} {
+		if err := c.Assign("nb1", part, client.OffsetEarliest()); err != nil {
+			t.Fatal(err)
+		}
+		recs := consume(t, c, n, 30*time.Second)
+		for i, r := range recs {
+			if r.Partition != part || r.Offset != int64(i) {
+				t.Fatalf("partition %d record %d: partition %d offset %d", part, i, r.Partition, r.Offset)
+			}
+		}
+		c.Unassign("nb1", part)
+	}
+}
+
+// Flush does not wait for the requests in flight before sending the open batches: with the one request
+// unanswered, a Flush sends the other partition's records at once.
+func TestNaturalBatchingFlushSendsOpenBatches(t *testing.T) {
+	addr := startNode(t)
+	createTopic(t, addr, "nb2", 2, nil)
+	px := startProxy(t, addr)
+	var log requestLog
+	px.requests = log.observe
+	p := newProducer(t, px.addr)
+	t.Cleanup(px.release) // before the producer's Close, which waits for the answers
+	ctx := context.Background()
+	px.holdAnswers()
+	ps := newPromises()
+	r := client.NewRecord("nb2", nil, []byte("a"))
+	r.Partition = 0
+	p.Produce(ctx, r, ps.fn(0))
+	log.waitRequests(t, 1)
+	r = client.NewRecord("nb2", nil, []byte("b"))
+	r.Partition = 1
+	p.Produce(ctx, r, ps.fn(1))
+	flushed := make(chan error, 1)
+	go func() { flushed <- p.Flush(ctx) }()
+	got := log.waitRequests(t, 2) // while the first answer is still held
+	if want := (map[int32]int{1: 1}); !maps.Equal(got[1], want) {
+		t.Fatalf("second request %v, want %v", got[1], want)
+	}
+	px.release()
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	ps.check(t, 2)
 }
 
 // A nil promise is allowed: the record is written all the same, and Flush waits for it.

@@ -687,6 +687,8 @@ type proxy struct {
 	lose func(pp *runnelv1.ProducePartition) *runnelv1.ErrorInfo
 	// observe sees each answer of the broker (before lose replaces it).
 	observe func(res *runnelv1.ProducePartitionResult)
+	// requests sees each produce request as the proxy reads it, before filter.
+	requests func(req *runnelv1.ProduceRequest)
 	// noInitProducerID answers InitProducerId as a broker without idempotence does (Unimplemented).
 	noInitProducerID bool
 	// hold, while open, keeps answers back.
@@ -833,6 +835,9 @@ func (px *proxy) ProduceStream(st grpc.BidiStreamingServer[runnelv1.ProduceReque
 				return nil
 			}
 			return err
+		}
+		if px.requests != nil {
+			px.requests(req)
 		}
 		fwd := &runnelv1.ProduceRequest{CorrelationId: req.CorrelationId, Acks: req.Acks, TimeoutMs: req.TimeoutMs}
 		var inj []*runnelv1.ProducePartitionResult

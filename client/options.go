@@ -216,7 +216,7 @@ func defaultProducerConfig() producerConfig {
 // and cannot drift from it.
 type ProducerDefaults struct {
 	Acks             Acks          // WithAcks
-	Linger           time.Duration // WithLinger; 0: a batch goes as soon as a request slot is free
+	Linger           time.Duration // WithLinger; 0: natural batching (a batch that is not full goes when nothing is in flight)
 	BatchBytes       int           // WithBatchBytes: bytes of one partition's batch, header included
 	MaxBufferedBytes int64         // WithMaxBufferedBytes: each producer's buffer, in bytes
 	MaxRequestBytes  int           // WithMaxRequestBytes
@@ -336,14 +336,20 @@ func WithAcks(a Acks) ProducerOption {
 // WithLinger sets how long a partition's batch waits for more records after its first one before it is
 // sent, trading latency for larger batches. A batch goes sooner when full, on Flush, or when Produce is
 // waiting for buffer space. Default 0: natural batching, as franz-go's default and Kafka's linger.ms=0
-// do. A batch is sent as soon as its broker's stream has a request slot free (fewer than WithMaxInFlight
-// requests unanswered), and records accumulate into it while every slot is taken, so the batch sent
-// when an answer frees a slot holds what came meanwhile. Under a light load a record therefore waits
-// one round trip (plus the broker's fsync with AcksAll), not a linger; under a heavy one the requests
-// in flight keep the batches large, up to WithBatchBytes. A linger only adds latency then, and helps
-// only to make batches larger when records come slowly and requests are costly (many producers with
-// few records each, or compression that gains from larger batches). Kafka: linger.ms (whose default
-// was 0 until Kafka 4.0 made it 5ms).
+// do. A full batch is sent as soon as its broker's stream has a request slot free (fewer than
+// WithMaxInFlight requests unanswered). A batch that is not full is sent when no request to its broker
+// is in flight, or along with a request that goes anyway (another partition's full batch), and records
+// accumulate into it meanwhile, so the request sent when the last answer comes holds what came during
+// its round trip: Nagle's algorithm, which holds small segments while data is unacknowledged (RFC 896),
+// applied to requests. Under a light load a record therefore waits one or two round trips (plus the
+// broker's fsync with AcksAll), not a linger; a producer below full speed keeps about one request in
+// flight instead of a stream of small ones (at half its maximum, filling every slot made 3-4 times the
+// requests, each costing both ends CPU: docs/performance.md); under a heavy load the requests in flight
+// keep the batches large, up to WithBatchBytes. A linger only adds latency then, and helps only to make
+// batches larger when records come slowly and requests are costly (many producers with few records
+// each, or compression that gains from larger batches); with a linger, a batch whose linger has passed
+// goes whenever a slot is free, as in Kafka. Kafka: linger.ms (whose default was 0 until Kafka 4.0
+// made it 5ms).
 func WithLinger(d time.Duration) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.linger = d })
 }

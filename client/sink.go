@@ -124,9 +124,9 @@ func (s *sink) pump(now time.Time) time.Time {
 	s.mu.Unlock()
 	for {
 		s.mu.Lock()
-		free := len(s.inflight) < s.p.cfg.maxInFlight
+		inflight := len(s.inflight)
 		s.mu.Unlock()
-		req, nx := s.collect(now, free)
+		req, nx := s.collect(now, inflight)
 		next = earliest(next, nx)
 		if req == nil {
 			return next
@@ -143,35 +143,46 @@ type failingBatch struct {
 }
 
 // collect expires batches past their delivery timeout, fails those doomed by an earlier batch's
-// sequence failure and, when canSend, takes one ready batch from each partition of this sink into a
-// request (nil when none is ready). It also returns the earliest time something will need it: a linger
-// ending, a backoff ending, a deadline. While the producer identity is pending (idempotence) nothing is
-// sealed on linger, built or sent, and InitProducerId is started if batches wait.
-func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
+// sequence failure and, while fewer than the max in flight are unanswered (inflight is how many are),
+// takes one ready batch from each partition of this sink into a request (nil when none is ready). It
+// also returns the earliest time something will need it: a linger ending, a backoff ending, a deadline.
+// While the producer identity is pending (idempotence) nothing is sealed on linger, built or sent, and
+// InitProducerId is started if batches wait.
+//
+// A batch that is still open (not full) is ready once its linger has passed; with linger 0 (natural
+// batching) only while no request is in flight, or when a request goes anyway with a full batch (the
+// open batches of the other partitions ride along), or when Flush or a wait for buffer space wants
+// everything out. So a producer below the broker's speed keeps about one request in flight, carrying
+// what arrived during the last one's round trip, as Nagle's algorithm holds small segments while data
+// is unacknowledged (RFC 896), instead of a stream of small requests that fill every slot: at half its
+// maximum, sending whenever a slot was free made 3-4 times the requests and cost the node twice the CPU
+// per record it spends at full speed (docs/performance.md, "One request in flight below full speed").
+// Full batches use every slot, so the maximum is as before.
+func (s *sink) collect(now time.Time, inflight int) (*request, time.Time) {
 	var (
 		req     *request
 		size    int
 		next    time.Time
 		failing []failingBatch
 		sealed  []*ppart
-		waiting bool // a partition has records but no producer identity to send them with
+		held    []*ppart // an open batch that waited only for the requests in flight
+		waiting bool     // a partition has records but no producer identity to send them with
 	)
 	p := s.p
+	canSend := inflight < p.cfg.maxInFlight
 	urgent := p.flushing.Load() > 0 || p.buf.waiters.Load() > 0
 	ident := p.ident.Load()
 	curIdent := ident // the identity a batch sealed now is numbered under (nil: none)
 	if ident == noIdentity {
 		curIdent = nil
 	}
-	parts := *p.allParts.Load()
-	n := len(parts)
-	s.rr++
-	for i := 0; i < n; i++ {
-		pp := parts[(s.rr+i)%n]
+	// visit looks at one partition: it fails what expired and adds the partition's next batch to req
+	// when it may go. An open batch goes only when openOK (or when its linger, not 0, has passed).
+	visit := func(pp *ppart, openOK bool) {
 		pp.mu.Lock()
+		defer pp.mu.Unlock()
 		if pp.sink != s {
-			pp.mu.Unlock()
-			continue
+			return
 		}
 		gap := false // a numbered batch expires: its partition's later batches are doomed
 		for len(pp.queue) > 0 {
@@ -205,37 +216,35 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 			next = earliest(next, pp.cur.deadline)
 		}
 		if len(pp.failed) > 0 || gap { // waiting for its in-flight batches before re-sending, or to fail the doomed
-			pp.mu.Unlock()
-			continue
+			return
 		}
 		if now.Before(pp.retryAt) {
 			next = earliest(next, pp.retryAt)
-			pp.mu.Unlock()
-			continue
+			return
 		}
 		if ident == nil { // nothing is built or sent before InitProducerId answers
-			pp.mu.Unlock()
-			continue
+			return
 		}
 		pp.buildLocked(p) // batches sealed while the identity was pending
 		if tx := p.txn; tx != nil && (pp.cur != nil || len(pp.queue) > 0) {
 			// A partition joins the transaction (AddPartitionsToTxn) before its first batch is sent.
 			if gen := tx.gen.Load(); pp.addedGen.Load() != gen {
 				tx.requestAdd(pp, gen)
-				pp.mu.Unlock()
-				continue
+				return
 			}
 		}
 		if len(pp.queue) == 0 && pp.cur != nil {
 			lingerEnd := pp.cur.firstAt.Add(p.cfg.linger)
-			if urgent || !now.Before(lingerEnd) {
-				if canSend && pp.mayStartLocked(curIdent, false) && (req == nil || size+pp.cur.bld.Size() <= p.cfg.maxRequestBytes) {
-					pp.sealLocked(p)
-					sealed = append(sealed, pp)
-				}
-				// else: the batch keeps growing until a request slot frees (an answer wakes us)
-			} else {
+			switch {
+			case !urgent && now.Before(lingerEnd):
 				next = earliest(next, lingerEnd)
+			case !urgent && !openOK && p.cfg.linger == 0:
+				held = append(held, pp) // an answer wakes us, or a full batch takes it along
+			case canSend && pp.mayStartLocked(curIdent, false) && (req == nil || size+pp.cur.bld.Size() <= p.cfg.maxRequestBytes):
+				pp.sealLocked(p)
+				sealed = append(sealed, pp)
+			default:
+				// the batch keeps growing until a request slot frees (an answer wakes us)
 			}
 		}
 		if canSend && len(pp.queue) > 0 {
@@ -259,7 +268,19 @@ func (s *sink) collect(now time.Time, canSend bool) (*request, time.Time) {
 				size += len(b.wire)
 			}
 		}
-		pp.mu.Unlock()
+	}
+	parts := *p.allParts.Load()
+	n := len(parts)
+	s.rr++
+	for i := 0; i < n; i++ {
+		visit(parts[(s.rr+i)%n], inflight == 0)
+	}
+	if req != nil && len(held) > 0 {
+		// A request goes anyway: the open batches that waited for the requests in flight ride along,
+		// so a partition that fills slowly is never starved by others that fill batches.
+		for _, pp := range held {
+			visit(pp, true)
+		}
 	}
 	if p.sticky != nil {
 		for _, pp := range sealed {

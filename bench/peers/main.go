@@ -442,7 +442,7 @@ func run(ctx context.Context, o options) error {
 func sdkDefaults(d client.ProducerDefaults) string {
 	linger := "linger " + d.Linger.String()
 	if d.Linger == 0 {
-		linger = "linger 0 (a batch goes when a request slot is free)"
+		linger = "linger 0 (natural batching: a full batch goes when a request slot is free, one not full when none is in flight)"
 	}
 	return fmt.Sprintf("%s, %s batches, %s buffer, %d requests in flight", linger,
 		humanize.IBytes(uint64(d.BatchBytes)), humanize.IBytes(uint64(d.MaxBufferedBytes)), d.MaxInFlight)

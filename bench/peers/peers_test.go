@@ -200,7 +200,7 @@ func TestSDKDefaults(t *testing.T) {
 		want string
 	}{
 		{client.ProducerDefaults{BatchBytes: 1 << 20, MaxBufferedBytes: 32 << 20, MaxInFlight: 5},
-			"linger 0 (a batch goes when a request slot is free), 1.0 MiB batches, 32 MiB buffer, 5 requests in flight"},
+			"linger 0 (natural batching: a full batch goes when a request slot is free, one not full when none is in flight), 1.0 MiB batches, 32 MiB buffer, 5 requests in flight"},
 		{client.ProducerDefaults{Linger: 5 * time.Millisecond, BatchBytes: 16 << 10, MaxBufferedBytes: 64 << 20, MaxInFlight: 1},
 			"linger 5ms, 16 KiB batches, 64 MiB buffer, 1 requests in flight"},
 	} {
