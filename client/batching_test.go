@@ -114,20 +114,29 @@ func (l *requestLog) waitRequests(t *testing.T, n int) []map[int32]int {
 	}
 }
 
+// startHeldProducer starts a node with topic (2 partitions) and a producer talking to it through a
+// proxy that logs every produce request and holds every answer back until released (at the latest in
+// the test's cleanup, before the producer's Close, which waits for the answers).
+func startHeldProducer(t *testing.T, topic string, opts ...client.ProducerOption) (string, *proxy, *requestLog, *client.Producer) {
+	t.Helper()
+	addr := startNode(t)
+	createTopic(t, addr, topic, 2, nil)
+	px := startProxy(t, addr)
+	log := &requestLog{}
+	px.requests = log.observe
+	p := newProducer(t, px.addr, opts...)
+	t.Cleanup(px.release)
+	px.holdAnswers()
+	return addr, px, log, p
+}
+
 // Natural batching keeps one request in flight below full speed: with a request unanswered and slots
 // free (the default 5), records for another partition wait in their open batch instead of going in a
 // request of their own, and ride along with the next request that goes anyway, here one a full batch
 // makes. Then everything is stored, in order.
 func TestNaturalBatchingOneRequestInFlight(t *testing.T) {
-	addr := startNode(t)
-	createTopic(t, addr, "nb1", 2, nil)
-	px := startProxy(t, addr)
-	var log requestLog
-	px.requests = log.observe
-	p := newProducer(t, px.addr, client.WithBatchBytes(1024))
-	t.Cleanup(px.release) // before the producer's Close, which waits for the answers
+	addr, px, log, p := startHeldProducer(t, "nb1", client.WithBatchBytes(1024))
 	ctx := context.Background()
-	px.holdAnswers()
 	ps := newPromises()
 	seq := 0
 	produce := func(partition int32, value []byte) {
@@ -174,15 +183,8 @@ func TestNaturalBatchingOneRequestInFlight(t *testing.T) {
 // Flush does not wait for the requests in flight before sending the open batches: with the one request
 // unanswered, a Flush sends the other partition's records at once.
 func TestNaturalBatchingFlushSendsOpenBatches(t *testing.T) {
-	addr := startNode(t)
-	createTopic(t, addr, "nb2", 2, nil)
-	px := startProxy(t, addr)
-	var log requestLog
-	px.requests = log.observe
-	p := newProducer(t, px.addr)
-	t.Cleanup(px.release) // before the producer's Close, which waits for the answers
+	_, px, log, p := startHeldProducer(t, "nb2")
 	ctx := context.Background()
-	px.holdAnswers()
 	ps := newPromises()
 	r := client.NewRecord("nb2", nil, []byte("a"))
 	r.Partition = 0
