@@ -135,7 +135,7 @@ func startHeldProducer(t *testing.T, topic string, opts ...client.ProducerOption
 // request of their own, and ride along with the next request that goes anyway, here one a full batch
 // makes. Then everything is stored, in order.
 func TestNaturalBatchingOneRequestInFlight(t *testing.T) {
-	addr, px, log, p := startHeldProducer(t, "nb1", client.WithBatchBytes(1024))
+	addr, px, log, p := startHeldProducer(t, "nb1", client.WithBatchBytes(1024), client.WithOpenHold(time.Hour))
 	ctx := context.Background()
 	ps := newPromises()
 	seq := 0
@@ -180,10 +180,73 @@ func TestNaturalBatchingOneRequestInFlight(t *testing.T) {
 	}
 }
 
+// An open batch that a request full of full batches has no room for (WithMaxRequestBytes) goes in a
+// request of its own while answers are still held, instead of waiting until nothing is in flight.
+func TestNaturalBatchingCrowdedOpenBatch(t *testing.T) {
+	_, px, log, p := startHeldProducer(t, "nb3", client.WithBatchBytes(1024), client.WithMaxRequestBytes(1024),
+		client.WithMaxInFlight(10), client.WithAcks(client.AcksLeader), client.WithOpenHold(time.Hour))
+	ctx := context.Background()
+	ps := newPromises()
+	seq := 0
+	produce := func(partition int32, value []byte) {
+		r := client.NewRecord("nb3", nil, value)
+		r.Partition = partition
+		p.Produce(ctx, r, ps.fn(seq))
+		seq++
+	}
+	produce(0, []byte("a-0"))
+	log.waitRequests(t, 1)
+	produce(1, []byte("cold"))
+	big := make([]byte, 300)
+	for range 10 { // three full batches of partition 0, each alone filling a request
+		produce(0, big)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !slices.ContainsFunc(log.seen(), func(m map[int32]int) bool { return m[1] == 1 }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("partition 1's record not sent while answers were held; requests %v", log.seen())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	px.release()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ps.check(t, seq)
+}
+
+// A batch that is not full waits for an answer that does not come at most defaultOpenHold (5 ms),
+// then takes a slot of its own: a stalled request holds up no other partition for longer.
+func TestNaturalBatchingOpenHoldBound(t *testing.T) {
+	_, px, log, p := startHeldProducer(t, "nb4")
+	ctx := context.Background()
+	ps := newPromises()
+	r := client.NewRecord("nb4", nil, []byte("a"))
+	r.Partition = 0
+	p.Produce(ctx, r, ps.fn(0))
+	log.waitRequests(t, 1)
+	r = client.NewRecord("nb4", nil, []byte("b"))
+	r.Partition = 1
+	start := time.Now()
+	p.Produce(ctx, r, ps.fn(1))
+	got := log.waitRequests(t, 2) // while the first answer is still held
+	if waited := time.Since(start); waited < 5*time.Millisecond {
+		t.Fatalf("partition 1's batch went after %v, before the 5 ms hold", waited)
+	}
+	if want := (map[int32]int{1: 1}); !maps.Equal(got[1], want) {
+		t.Fatalf("second request %v, want %v", got[1], want)
+	}
+	px.release()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ps.check(t, 2)
+}
+
 // Flush does not wait for the requests in flight before sending the open batches: with the one request
 // unanswered, a Flush sends the other partition's records at once.
 func TestNaturalBatchingFlushSendsOpenBatches(t *testing.T) {
-	_, px, log, p := startHeldProducer(t, "nb2")
+	_, px, log, p := startHeldProducer(t, "nb2", client.WithOpenHold(time.Hour))
 	ctx := context.Background()
 	ps := newPromises()
 	r := client.NewRecord("nb2", nil, []byte("a"))

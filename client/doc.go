@@ -112,13 +112,15 @@
 // producer's. See docs/telemetry.md.
 //
 // Choices that differ from Kafka's Java client, and why:
-//   - linger defaults to 0 (Kafka 4.0: 5 ms; 0 before it, and in franz-go): natural batching. A full
-//     batch is sent as soon as its broker's stream has a request slot free (fewer than WithMaxInFlight
-//     unanswered); a batch that is not full is sent when no request to its broker is in flight, or
-//     along with a request that goes anyway, and grows meanwhile, as Nagle's algorithm holds small
-//     segments while data is unacknowledged (RFC 896). So under light load a record waits one or two
-//     round trips, not a linger, a producer below full speed keeps about one request in flight instead
-//     of filling every slot with small ones, and at full speed the requests in flight keep batches large.
+//   - linger defaults to 0 (Kafka 4.0: 5 ms; 0 before it, and in franz-go): natural batching. A
+//     full batch is sent as soon as its broker's stream has a request slot free (fewer than
+//     WithMaxInFlight unanswered); a batch that is not full is sent when no request to its broker
+//     is in flight, or along with a request that goes anyway and has room for it, or after waiting
+//     5 ms for the answers, and grows meanwhile, as Nagle's algorithm holds small segments while
+//     data is unacknowledged (RFC 896). So under light load a record waits one or two round trips,
+//     not a linger, a producer below full speed keeps about one request in flight instead of
+//     filling every slot with small ones, and at full speed the requests in flight keep batches
+//     large.
 //   - batch.size defaults to 1 MiB (Kafka: 16 KiB): a gRPC request costs more than a Kafka one, and
 //     large batches are what lets one producer write a million records a second.
 //   - A batch that compression does not shrink is sent uncompressed.

@@ -1,5 +1,13 @@
 package client
 
+import "time"
+
+// WithOpenHold sets how long natural batching holds a batch that is not full for the requests in
+// flight (defaultOpenHold otherwise), so that a test can hold answers back for longer than that.
+func WithOpenHold(d time.Duration) ProducerOption {
+	return producerOpt(func(c *producerConfig) { c.openHold = d })
+}
+
 // Crash abandons the group consumer as a crashed process would: no commit, no leave heartbeat, its
 // goroutines stopped and connections cut. The coordinator removes the member after its session timeout.
 func (g *GroupConsumer) Crash() { g.crash() }

@@ -136,7 +136,7 @@ func (h *idemHarness) seal(values ...string) *pbatch {
 func (h *idemHarness) send() []*pbatch {
 	var out []*pbatch
 	for idle := 0; idle < 2; {
-		req, _ := h.s.collect(time.Now(), 0)
+		req, _, _ := h.s.collect(time.Now(), 0, false)
 		if req == nil {
 			idle++
 			continue

@@ -193,7 +193,18 @@ type producerConfig struct {
 	transactionalID string        // WithTransactionalID; "" when the producer is not transactional
 	txnTimeout      time.Duration // WithTransactionTimeout
 	txnTimeoutSet   bool
+	// openHold bounds how long natural batching (linger 0) holds a batch that is not full for the
+	// requests in flight (sink.collect): defaultOpenHold; tests set it.
+	openHold time.Duration
 }
+
+// defaultOpenHold is the longest a batch that is not full waits, under natural batching, for the
+// requests in flight to be answered before it takes a free slot of its own: Kafka 4.0's default
+// linger.ms (KIP-1030). An answer that is slower than that (a broker stalled, a slow follower under
+// acks=all) then holds up no other partition's records for longer than a Kafka producer's linger
+// would, while at the usual round trips (well under a millisecond on a LAN) batches still wait for
+// the answer and go together.
+const defaultOpenHold = 5 * time.Millisecond
 
 func defaultProducerConfig() producerConfig {
 	return producerConfig{
@@ -208,6 +219,7 @@ func defaultProducerConfig() producerConfig {
 		maxInFlight:     5,
 		idempotence:     true,
 		txnTimeout:      60 * time.Second,
+		openHold:        defaultOpenHold,
 	}
 }
 
@@ -333,23 +345,26 @@ func WithAcks(a Acks) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.acks = a })
 }
 
-// WithLinger sets how long a partition's batch waits for more records after its first one before it is
-// sent, trading latency for larger batches. A batch goes sooner when full, on Flush, or when Produce is
-// waiting for buffer space. Default 0: natural batching, as franz-go's default and Kafka's linger.ms=0
-// do. A full batch is sent as soon as its broker's stream has a request slot free (fewer than
-// WithMaxInFlight requests unanswered). A batch that is not full is sent when no request to its broker
-// is in flight, or along with a request that goes anyway (another partition's full batch), and records
-// accumulate into it meanwhile, so the request sent when the last answer comes holds what came during
-// its round trip: Nagle's algorithm, which holds small segments while data is unacknowledged (RFC 896),
-// applied to requests. Under a light load a record therefore waits one or two round trips (plus the
-// broker's fsync with AcksAll), not a linger; a producer below full speed keeps about one request in
-// flight instead of a stream of small ones (at half its maximum, filling every slot made 3-4 times the
-// requests, each costing both ends CPU: docs/performance.md); under a heavy load the requests in flight
-// keep the batches large, up to WithBatchBytes. A linger only adds latency then, and helps only to make
+// WithLinger sets how long a partition's batch waits for more records after its first one before it
+// is sent, trading latency for larger batches. A batch goes sooner when full, on Flush, or when
+// Produce is waiting for buffer space. Default 0: natural batching, as franz-go's default and
+// Kafka's linger.ms=0 do. A full batch is sent as soon as its broker's stream has a request slot
+// free (fewer than WithMaxInFlight requests unanswered). A batch that is not full is sent when no
+// request to its broker is in flight, or along with a request that goes anyway (another partition's
+// full batch) when that request has room for it (else in the next request), or once it has waited 5
+// ms (Kafka 4.0's default linger) for the answers, and records accumulate into it meanwhile, so the
+// request sent when the last answer comes holds what came during its round trip: Nagle's algorithm,
+// which holds small segments while data is unacknowledged (RFC 896), applied to requests. Under a
+// light load a record therefore waits one or two round trips (plus the broker's fsync with
+// AcksAll), not a linger; a producer below full speed keeps about one request in flight instead of
+// a stream of small ones (at half its maximum, filling every slot made about 3 times the requests,
+// each costing both ends CPU: docs/performance.md); under a heavy load the requests in flight keep
+// the batches large, up to WithBatchBytes. A linger only adds latency then, and helps only to make
 // batches larger when records come slowly and requests are costly (many producers with few records
-// each, or compression that gains from larger batches); with a linger, a batch whose linger has passed
-// goes whenever a slot is free, as in Kafka. Kafka: linger.ms (whose default was 0 until Kafka 4.0
-// made it 5ms).
+// each, or compression that gains from larger batches); with a linger, a batch whose linger has
+// passed goes whenever a slot is free, as in Kafka. With AcksNone no request waits for an answer,
+// so nothing is ever in flight and every batch goes at once. Kafka: linger.ms (whose default was 0
+// until Kafka 4.0 made it 5ms).
 func WithLinger(d time.Duration) ProducerOption {
 	return producerOpt(func(c *producerConfig) { c.linger = d })
 }

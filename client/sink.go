@@ -122,16 +122,18 @@ func (s *sink) pump(now time.Time) time.Time {
 		next = earliest(next, deadline)
 	}
 	s.mu.Unlock()
+	openDue := false
 	for {
 		s.mu.Lock()
 		inflight := len(s.inflight)
 		s.mu.Unlock()
-		req, nx := s.collect(now, inflight)
+		req, nx, crowded := s.collect(now, inflight, openDue)
 		next = earliest(next, nx)
 		if req == nil {
 			return next
 		}
 		s.send(req)
+		openDue = crowded // open batches a full request left out go in the next, if a slot is free
 		now = time.Now()
 	}
 }
@@ -151,18 +153,22 @@ type failingBatch struct {
 //
 // A batch that is still open (not full) is ready once its linger has passed; with linger 0 (natural
 // batching) only while no request is in flight, or when a request goes anyway with a full batch (the
-// open batches of the other partitions ride along), or when Flush or a wait for buffer space wants
-// everything out. So a producer below the broker's speed keeps about one request in flight, carrying
-// what arrived during the last one's round trip, as Nagle's algorithm holds small segments while data
-// is unacknowledged (RFC 896), instead of a stream of small requests that fill every slot: at half its
-// maximum, sending whenever a slot was free made 3-4 times the requests and cost the node twice the CPU
-// per record it spends at full speed (docs/performance.md, "One request in flight below full speed").
-// Full batches use every slot, so the maximum is as before.
-func (s *sink) collect(now time.Time, inflight int) (*request, time.Time) {
+// open batches of the other partitions ride along as far as the request has room), or when Flush or a
+// wait for buffer space wants everything out, or once it has waited defaultOpenHold (5 ms) for the
+// answers. So a producer below the broker's speed keeps about one
+// request in flight, carrying what arrived during the last one's round trip, as Nagle's algorithm holds
+// small segments while data is unacknowledged (RFC 896), instead of a stream of small requests that
+// fill every slot: at half its maximum, sending whenever a slot was free made about 3 times the
+// requests and cost the node 1.8 times the CPU per record it spends at full speed (docs/performance.md,
+// "One request in flight below full speed"). Full batches use every slot, so the maximum is as before.
+// With acks=0 nothing is ever in flight, so every batch goes at once, as before.
+//
+// crowded reports that an open batch that was to go did not fit in req (WithMaxRequestBytes): the
+// caller collects again at once with openDue, which lets open batches go whatever is in flight, so
+// partitions that fill batches never keep a slow one out of every request.
+func (s *sink) collect(now time.Time, inflight int, openDue bool) (req *request, next time.Time, crowded bool) {
 	var (
-		req     *request
 		size    int
-		next    time.Time
 		failing []failingBatch
 		sealed  []*ppart
 		held    []*ppart // an open batch that waited only for the requests in flight
@@ -238,13 +244,18 @@ func (s *sink) collect(now time.Time, inflight int) (*request, time.Time) {
 			switch {
 			case !urgent && now.Before(lingerEnd):
 				next = earliest(next, lingerEnd)
-			case !urgent && !openOK && p.cfg.linger == 0:
-				held = append(held, pp) // an answer wakes us, or a full batch takes it along
-			case canSend && pp.mayStartLocked(curIdent, false) && (req == nil || size+pp.cur.bld.Size() <= p.cfg.maxRequestBytes):
+			case !urgent && !openOK && p.cfg.linger == 0 && now.Before(pp.cur.firstAt.Add(p.cfg.openHold)):
+				// An answer wakes us, or a full batch takes it along; at the latest it takes a slot of
+				// its own once it has waited openHold.
+				held = append(held, pp)
+				next = earliest(next, pp.cur.firstAt.Add(p.cfg.openHold))
+			case !canSend || !pp.mayStartLocked(curIdent, false):
+				// the batch keeps growing until a request slot frees (an answer wakes us)
+			case req != nil && size+pp.cur.bld.Size() > p.cfg.maxRequestBytes:
+				crowded = true // req is full: the next request takes it
+			default:
 				pp.sealLocked(p)
 				sealed = append(sealed, pp)
-			default:
-				// the batch keeps growing until a request slot frees (an answer wakes us)
 			}
 		}
 		if canSend && len(pp.queue) > 0 {
@@ -273,11 +284,12 @@ func (s *sink) collect(now time.Time, inflight int) (*request, time.Time) {
 	n := len(parts)
 	s.rr++
 	for i := 0; i < n; i++ {
-		visit(parts[(s.rr+i)%n], inflight == 0)
+		visit(parts[(s.rr+i)%n], inflight == 0 || openDue)
 	}
 	if req != nil && len(held) > 0 {
-		// A request goes anyway: the open batches that waited for the requests in flight ride along,
-		// so a partition that fills slowly is never starved by others that fill batches.
+		// A request goes anyway: the open batches that waited for the requests in flight ride along
+		// (those it has no room for make it crowded), so a partition that fills slowly is not held
+		// back by others that fill batches.
 		for _, pp := range held {
 			visit(pp, true)
 		}
@@ -305,7 +317,7 @@ func (s *sink) collect(now time.Time, inflight int) (*request, time.Time) {
 	if waiting {
 		next = earliest(next, p.ensureIdent(now))
 	}
-	return req, next
+	return req, next, crowded
 }
 
 // send opens the stream if needed and sends req. Failures settle req's batches (retriably when the

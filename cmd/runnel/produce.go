@@ -27,7 +27,7 @@ func (f *producerFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.acks, "acks", "all", "when a record counts as written: all (in every in-sync replica, and fsynced on the leader unless it runs --no-fsync), 1 (leader wrote it), 0 (no answer)")
 	fs.StringVar(&f.compression, "compression", "none", "batch compression: none, gzip, snappy, lz4 or zstd")
 	sdk := client.DefaultProducer()
-	fs.DurationVar(&f.linger, "linger", sdk.Linger, "how long a batch waits for more records before it is sent (the SDK's default: "+sdk.Linger.String()+"; 0: natural batching, a batch that is not full goes when no request is in flight)")
+	fs.DurationVar(&f.linger, "linger", sdk.Linger, "how long a batch waits for more records before it is sent (the SDK's default: "+sdk.Linger.String()+"; 0: natural batching, a batch that is not full waits while a request to its broker is in flight)")
 	fs.IntVar(&f.batchBytes, "batch-bytes", sdk.BatchBytes, "largest batch per partition in bytes (the SDK's default: "+humanize.IBytes(uint64(sdk.BatchBytes))+")")
 }
 
