@@ -130,6 +130,19 @@ func startHeldProducer(t *testing.T, topic string, opts ...client.ProducerOption
 	return addr, px, log, p
 }
 
+// producerTo returns a function that produces a record of value to partition of topic with p, its
+// promise the next of ps, and one that says how many it produced.
+func producerTo(ctx context.Context, p *client.Producer, topic string, ps *promises) (produce func(partition int32, value []byte), produced func() int) {
+	seq := 0
+	produce = func(partition int32, value []byte) {
+		r := client.NewRecord(topic, nil, value)
+		r.Partition = partition
+		p.Produce(ctx, r, ps.fn(seq))
+		seq++
+	}
+	return produce, func() int { return seq }
+}
+
 // Natural batching keeps one request in flight below full speed: with a request unanswered and slots
 // free (the default 5), records for another partition wait in their open batch instead of going in a
 // request of their own, and ride along with the next request that goes anyway, here one a full batch
@@ -138,13 +151,7 @@ func TestNaturalBatchingOneRequestInFlight(t *testing.T) {
 	addr, px, log, p := startHeldProducer(t, "nb1", client.WithBatchBytes(1024), client.WithOpenHold(time.Hour))
 	ctx := context.Background()
 	ps := newPromises()
-	seq := 0
-	produce := func(partition int32, value []byte) {
-		r := client.NewRecord("nb1", nil, value)
-		r.Partition = partition
-		p.Produce(ctx, r, ps.fn(seq))
-		seq++
-	}
+	produce, produced := producerTo(ctx, p, "nb1", ps)
 	produce(0, []byte("a-0"))
 	log.waitRequests(t, 1) // nothing was in flight: sent at once
 	for i := range 3 {
@@ -164,7 +171,7 @@ func TestNaturalBatchingOneRequestInFlight(t *testing.T) {
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ps.check(t, seq)
+	ps.check(t, produced())
 	c := newConsumer(t, addr)
 	for part, n := range map[int32]int{0: 5, 1: 3} {
 		if err := c.Assign("nb1", part, client.OffsetEarliest()); err != nil {
@@ -187,13 +194,7 @@ func TestNaturalBatchingCrowdedOpenBatch(t *testing.T) {
 		client.WithMaxInFlight(10), client.WithAcks(client.AcksLeader), client.WithOpenHold(time.Hour))
 	ctx := context.Background()
 	ps := newPromises()
-	seq := 0
-	produce := func(partition int32, value []byte) {
-		r := client.NewRecord("nb3", nil, value)
-		r.Partition = partition
-		p.Produce(ctx, r, ps.fn(seq))
-		seq++
-	}
+	produce, produced := producerTo(ctx, p, "nb3", ps)
 	produce(0, []byte("a-0"))
 	log.waitRequests(t, 1)
 	produce(1, []byte("cold"))
@@ -212,7 +213,7 @@ func TestNaturalBatchingCrowdedOpenBatch(t *testing.T) {
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ps.check(t, seq)
+	ps.check(t, produced())
 }
 
 // A batch that is not full waits for an answer that does not come at most defaultOpenHold (5 ms),
