@@ -222,14 +222,11 @@ func TestNaturalBatchingOpenHoldBound(t *testing.T) {
 	_, px, log, p := startHeldProducer(t, "nb4")
 	ctx := context.Background()
 	ps := newPromises()
-	r := client.NewRecord("nb4", nil, []byte("a"))
-	r.Partition = 0
-	p.Produce(ctx, r, ps.fn(0))
+	produce, _ := producerTo(ctx, p, "nb4", ps)
+	produce(0, []byte("a"))
 	log.waitRequests(t, 1)
-	r = client.NewRecord("nb4", nil, []byte("b"))
-	r.Partition = 1
 	start := time.Now()
-	p.Produce(ctx, r, ps.fn(1))
+	produce(1, []byte("b"))
 	got := log.waitRequests(t, 2) // while the first answer is still held
 	if waited := time.Since(start); waited < 5*time.Millisecond {
 		t.Fatalf("partition 1's batch went after %v, before the 5 ms hold", waited)
@@ -250,13 +247,10 @@ func TestNaturalBatchingFlushSendsOpenBatches(t *testing.T) {
 	_, px, log, p := startHeldProducer(t, "nb2", client.WithOpenHold(time.Hour))
 	ctx := context.Background()
 	ps := newPromises()
-	r := client.NewRecord("nb2", nil, []byte("a"))
-	r.Partition = 0
-	p.Produce(ctx, r, ps.fn(0))
+	produce, _ := producerTo(ctx, p, "nb2", ps)
+	produce(0, []byte("a"))
 	log.waitRequests(t, 1)
-	r = client.NewRecord("nb2", nil, []byte("b"))
-	r.Partition = 1
-	p.Produce(ctx, r, ps.fn(1))
+	produce(1, []byte("b"))
 	flushed := make(chan error, 1)
 	go func() { flushed <- p.Flush(ctx) }()
 	got := log.waitRequests(t, 2) // while the first answer is still held
