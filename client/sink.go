@@ -152,15 +152,15 @@ type failingBatch struct {
 // InitProducerId is started if batches wait.
 //
 // A batch that is still open (not full) is ready once its linger has passed; with linger 0 (natural
-// batching) only while no request is in flight, or when a request goes anyway with a full batch (the
-// open batches of the other partitions ride along as far as the request has room), or when Flush or a
-// wait for buffer space wants everything out, or once it has waited defaultOpenHold (5 ms) for the
-// answers. So a producer below the broker's speed keeps about one
-// request in flight, carrying what arrived during the last one's round trip, as Nagle's algorithm holds
-// small segments while data is unacknowledged (RFC 896), instead of a stream of small requests that
-// fill every slot: at half its maximum, sending whenever a slot was free made about 3 times the
-// requests and cost the node 1.8 times the CPU per record it spends at full speed (docs/performance.md,
-// "One request in flight below full speed"). Full batches use every slot, so the maximum is as before.
+// batching) only while no request is in flight, or when a request goes anyway with a full batch
+// (the open batches of the other partitions ride along as far as the request has room), or when
+// Flush or a wait for buffer space wants everything out, or once it has waited defaultOpenHold (5
+// ms) for the answers. So a producer below the broker's speed keeps about one request in flight,
+// carrying what arrived during the last one's round trip, as Nagle's algorithm holds small segments
+// while data is unacknowledged (RFC 896), instead of a stream of small requests that fill every
+// slot: at half its maximum, sending whenever a slot was free made about 3 times the requests and
+// cost the node 1.8 times the CPU per record it spends at full speed (docs/performance.md, "One
+// request in flight below full speed"). Full batches use every slot, so the maximum is as before.
 // With acks=0 nothing is ever in flight, so every batch goes at once, as before.
 //
 // crowded reports that an open batch that was to go did not fit in req (WithMaxRequestBytes): the
