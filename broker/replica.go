@@ -50,6 +50,14 @@ type replica struct {
 	// A follower rejoins the ISR only once it has reached both (KAFKA-7128): one admitted at the stale
 	// HW could be elected next while missing acknowledged records.
 	epochStart int64
+	// maximalISR is, in the leader role, the ISR with the followers whose joining this leader proposed
+	// and may not have seen the outcome of (Kafka's maximal ISR, KIP-497); nil when none is pending.
+	// The HW counts them from the proposal on: the controller can commit the expansion and then elect
+	// the joiner before this leader applies it, and an HW of the old ISR would have acknowledged records
+	// the new leader lacks. expandFrom is the partition epoch of the proposal, which the controller
+	// takes only at that epoch: an image with another one shows the outcome, and clears maximalISR.
+	maximalISR []int32
+	expandFrom int32
 	truncated  bool          // follower role: the log was truncated for this epoch (KIP-101)
 	stopWatch  chan struct{} // leader role: closed to stop watchDurable
 }
@@ -77,6 +85,7 @@ type hwWaiter struct {
 // so the ISR is not shrunk before they had a chance to fetch (Kafka does the same at election).
 func (r *replica) becomeLeader(self int32, st meta.PartitionState, now time.Time) {
 	r.leader, r.leaderID, r.epoch, r.truncated = true, self, st.LeaderEpoch, false
+	r.maximalISR = nil // a proposal of an earlier leadership is refused at this leader epoch
 	r.epochStart = r.log.LogEndOffset()
 	r.log.BeginLeadership(st.LeaderEpoch) // a truncation decided while following is refused from now on
 	r.followers = map[int32]*follower{}
@@ -94,18 +103,18 @@ func (r *replica) stepDownLocked() []hwWaiter {
 		close(r.stopWatch)
 		r.stopWatch = nil
 	}
-	r.leader, r.followers = false, nil
+	r.leader, r.followers, r.maximalISR = false, nil, nil
 	w := r.waiters
 	r.waiters = nil
 	return w
 }
 
-// highWatermarkLocked is the HW the ISR allows: the smallest log end offset of the ISR members, the
-// leader's being its durable end (KIP-101's rule that the HW never passes what every in-sync replica
-// has). A follower of the ISR not heard from yet holds it where it is.
+// highWatermarkLocked is the HW the ISR allows: the smallest log end offset of the members of the
+// maximal ISR (hwISRLocked), the leader's being its durable end (KIP-101's rule that the HW never
+// passes what every in-sync replica has). A follower of it not heard from yet holds it where it is.
 func (r *replica) highWatermarkLocked() int64 {
 	hw := r.log.DurableEnd()
-	for _, id := range r.isr {
+	for _, id := range r.hwISRLocked() {
 		if f := r.followers[id]; f != nil {
 			if f.leo < 0 {
 				return r.log.HighWatermark()
@@ -114,6 +123,35 @@ func (r *replica) highWatermarkLocked() int64 {
 		}
 	}
 	return hw
+}
+
+// hwISRLocked is the set the HW waits for: the ISR, and the followers of a pending expansion
+// (maximalISR).
+func (r *replica) hwISRLocked() []int32 {
+	if r.maximalISR != nil {
+		return r.maximalISR
+	}
+	return r.isr
+}
+
+// expandingLocked records that this leader proposes cmdISR, the ISR with a follower that caught up,
+// at the partition epoch it has now: the HW counts that follower from now on.
+func (r *replica) expandingLocked(cmdISR []int32) {
+	m := slices.Clone(r.hwISRLocked())
+	for _, id := range cmdISR {
+		if !slices.Contains(m, id) {
+			m = append(m, id)
+		}
+	}
+	r.maximalISR, r.expandFrom = m, r.partitionEpoch
+}
+
+// settleExpansionLocked drops the maximal ISR once the partition epoch moved past the proposal's:
+// the ISR applied then is the controller's answer (the expansion in it, or refused for good).
+func (r *replica) settleExpansionLocked() {
+	if r.maximalISR != nil && r.partitionEpoch != r.expandFrom {
+		r.maximalISR = nil
+	}
 }
 
 // advanceLocked moves the HW as far as the ISR allows and returns the waiters it satisfied.

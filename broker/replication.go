@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -110,6 +111,7 @@ func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) 
 			}
 			r.mu.Lock()
 			r.replicas, r.isr, r.partitionEpoch, r.minISR = st.Replicas, st.ISR, st.PartitionEpoch, t.Config.MinInsyncReplicas
+			r.settleExpansionLocked()
 			switch {
 			case st.Leader == self:
 				if !r.leader || r.epoch != st.LeaderEpoch {
@@ -249,6 +251,7 @@ func (rm *replication) followerFetched(r *replica, id int32, offset int64, now t
 		r.isrChange = true
 		cmd = meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
 			LeaderEpoch: r.epoch, PartitionEpoch: r.partitionEpoch, ISR: append(slices.Clone(r.isr), id)}
+		r.expandingLocked(cmd.ISR) // before the proposal can commit
 	}
 	r.mu.Unlock()
 	fire(ws, nil)
@@ -273,11 +276,14 @@ func (rm *replication) checkISR(now time.Time) {
 			r.mu.Unlock()
 			continue
 		}
+		// Over the maximal ISR: a joiner whose expansion's outcome never came back holds the HW as
+		// a member does, and leaves it the same way (the proposal, at the same partition epoch, settles
+		// the expansion either way).
 		var keep, out []int32
-		for _, id := range r.isr {
+		for _, id := range r.hwISRLocked() {
 			if f := r.followers[id]; f != nil && now.Sub(f.lastCaughtUp) > rm.lagMax {
 				out = append(out, id)
-			} else {
+			} else if slices.Contains(r.isr, id) {
 				keep = append(keep, id)
 			}
 		}
@@ -304,6 +310,11 @@ func (rm *replication) alterISR(r *replica, cmd meta.Command, shrink bool, why s
 		rm.b.log.Warn("ISR change refused", "topic", r.topic, "partition", r.partition, "isr", cmd.ISR, "reason", why, "err", err)
 		r.mu.Lock()
 		r.isrChange = false
+		if !shrink && errors.Is(err, rerr.ErrInvalidRequest) && r.partitionEpoch == cmd.PartitionEpoch {
+			// Refused for good at this partition epoch (the joiner is fenced): nothing to wait for. Other
+			// errors (a timeout, a controller change) may hide a commit, which the next image shows.
+			r.maximalISR = nil
+		}
 		r.mu.Unlock()
 		return
 	}

@@ -56,6 +56,9 @@ type testMeta struct {
 	q     *testQuorum
 	fsm   *meta.FSM
 	epoch atomic.Uint64
+	// beforePropose, when set, runs in Propose before the command reaches the quorum: a test holds a
+	// proposal in flight with it.
+	beforePropose atomic.Pointer[func(meta.Command)]
 }
 
 func (m *testMeta) Image() *meta.Image       { return m.fsm.Image() }
@@ -63,6 +66,9 @@ func (m *testMeta) Changed() <-chan struct{} { return m.fsm.Changed() }
 func (m *testMeta) ControllerID() int32      { return 1 }
 func (m *testMeta) Epoch() uint64            { return m.epoch.Load() }
 func (m *testMeta) Propose(_ context.Context, cmd meta.Command) (*meta.Image, error) {
+	if f := m.beforePropose.Load(); f != nil {
+		(*f)(cmd)
+	}
 	if _, err := m.q.propose(cmd); err != nil {
 		return nil, err
 	}
@@ -540,5 +546,125 @@ func TestProduceNeedsLeadershipTakenUp(t *testing.T) {
 		if _, err := c.brokers[b].replicaOf(&next, 0, acksAll); !errors.Is(err, rerr.ErrLeaderNotAvailable) {
 			t.Fatalf("B, still following, asked to write at epoch 1 (acks=all %v): %v, want LEADER_NOT_AVAILABLE", acksAll, err)
 		}
+	}
+}
+
+// TestPendingISRExpansionHoldsHW: a leader counts a follower in the HW from the moment it proposes
+// taking it back into the ISR (Kafka's maximal ISR, KIP-497), not from when the new ISR comes back to
+// it. Leader A proposes adding C, which caught up at offset 10; the proposal is held in flight while
+// records 10-14 are written and B fetches them, and C's answer carrying them is held. Counting the old
+// ISR {A, B}, A would acknowledge them. Then the expansion commits, A and B are fenced before A applies
+// anything more and C, in the ISR, is elected without records 10-14: acknowledged records lost. The
+// shape of the e2e loss in TestReplicationSurvivesLeaderKills, where the leader of a follower just
+// restarted and catching up was paused (SIGSTOP) and another elected.
+func TestPendingISRExpansionHoldsHW(t *testing.T) {
+	const topic = "maximalisr"
+	c, gates, st := startGatedCluster(t, 3, topic)
+	a, b, cc := st.Leader, st.Replicas[1], st.Replicas[2]
+	for _, id := range []int32{b, cc} {
+		waitUntil(t, "followers ready at epoch 0", c.following(topic, id, a, 0))
+	}
+	const pid = 5151
+	if _, err := c.produce(a, topic, idempotentBatch(pid, 0, 10, "one"), runnelv1.Acks_ACKS_ALL); err != nil {
+		t.Fatalf("first batch: %v", err)
+	}
+
+	// C leaves the ISR: its fetcher is stopped at A's next answer.
+	first := gates.hold(cc, a, false)
+	waitClosed(t, "C's fetcher stopped at A", first.entered)
+	ra := c.replicaOn(a, topic)
+	ra.mu.Lock()
+	pe := ra.partitionEpoch
+	ra.mu.Unlock()
+	if _, err := c.q.propose(meta.Command{Type: meta.CmdAlterPartition, Name: topic, Partition: 0, BrokerID: a, LeaderEpoch: 0,
+		PartitionEpoch: pe, ISR: []int32{a, b}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "A applies the ISR without C", func() error {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		if slices.Contains(ra.isr, cc) {
+			return fmt.Errorf("ISR %v", ra.isr)
+		}
+		return nil
+	})
+
+	// A's proposal to take C back is held in flight; so is C's first answer with records.
+	proposed, commit := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := func(cmd meta.Command) {
+		if cmd.Type == meta.CmdAlterPartition && slices.Contains(cmd.ISR, cc) {
+			once.Do(func() { close(proposed) })
+			<-commit
+		}
+	}
+	c.brokers[a].md.(*testMeta).beforePropose.Store(&hold)
+	var commitOnce sync.Once
+	release := func() { commitOnce.Do(func() { close(commit) }) }
+	t.Cleanup(release)
+	toC := gates.hold(cc, a, true)
+	first.open()
+	waitClosed(t, "A proposes C back into the ISR", proposed)
+
+	acked := make(chan error, 1)
+	go func() {
+		// A short request timeout: the broker's Close below leaves a waiting append to it.
+		resp, err := c.brokers[a].Produce(context.Background(), &runnelv1.ProduceRequest{Acks: runnelv1.Acks_ACKS_ALL, TimeoutMs: 3000,
+			Partitions: []*runnelv1.ProducePartition{{Topic: topic, Partition: 0, Records: idempotentBatch(pid, 10, 5, "two")}}})
+		if err == nil {
+			err = rerr.FromInfo(resp.Partitions[0].Error)
+		}
+		acked <- err
+	}()
+	waitClosed(t, "C's answer carrying the second batch", toC.entered)
+	waitUntil(t, "A sees B's fetch past the second batch", func() error {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		if f := ra.followers[b]; f == nil || f.leo < 15 {
+			return fmt.Errorf("A's view of B: %+v", f)
+		}
+		return nil
+	})
+	if hw := ra.log.HighWatermark(); hw != 10 {
+		t.Errorf("A's HW is %d with the expansion to C pending and C at 10: want 10", hw)
+	}
+
+	// The expansion commits; A and B are fenced and C, in the ISR, leads.
+	release()
+	waitUntil(t, "the expansion is committed", func() error {
+		tp, _ := c.brokers[cc].md.Image().Topic(topic)
+		if isr := tp.Assignment[0].ISR; !slices.Contains(isr, cc) {
+			return fmt.Errorf("ISR %v", isr)
+		}
+		return nil
+	})
+	c.brokers[b].Close()
+	c.brokers[a].Close()
+	for _, id := range []int32{b, a} {
+		if _, err := c.q.propose(meta.Command{Type: meta.CmdFenceBroker, BrokerID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc := c.replicaOn(cc, topic)
+	waitUntil(t, "C leads", func() error {
+		rc.mu.Lock()
+		defer rc.mu.Unlock()
+		if !rc.leader {
+			return fmt.Errorf("C: leader %v epoch %d", rc.leader, rc.epoch)
+		}
+		return nil
+	})
+	toC.open() // the answer of the old leader is dropped: C's role changed
+	var err error
+	select {
+	case err = <-acked:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second batch's produce did not finish")
+	}
+	if end := rc.log.LogEndOffset(); err == nil && end < 15 {
+		t.Fatalf("records 10-14 were acknowledged, and the new leader C's log ends at %d", end)
+	}
+	if err == nil {
+		t.Fatal("the second batch was acknowledged though C, counted in the HW, never had it")
 	}
 }
