@@ -110,8 +110,8 @@ func (r *replica) stepDownLocked() []hwWaiter {
 }
 
 // highWatermarkLocked is the HW the ISR allows: the smallest log end offset of the members of the
-// maximal ISR (hwISRLocked), the leader's being its durable end (KIP-101's rule that the HW never
-// passes what every in-sync replica has). A follower of it not heard from yet holds it where it is.
+// maximal ISR (hwISRLocked), the leader's being its durable end (Kafka's replication design: the HW
+// never passes what every in-sync replica has). A follower of it not heard from yet holds it where it is.
 func (r *replica) highWatermarkLocked() int64 {
 	hw := r.log.DurableEnd()
 	for _, id := range r.hwISRLocked() {

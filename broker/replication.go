@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -232,6 +231,9 @@ func (r *replica) checkMinISR() error {
 // followerFetched records a follower's fetch at offset (its log end offset): it may move the HW and,
 // once the follower has caught up, bring it back into the ISR.
 func (rm *replication) followerFetched(r *replica, id int32, offset int64, now time.Time) {
+	// A fenced follower is not proposed (KIP-841): the controller would refuse it, and every refusal
+	// is a metadata entry of its own.
+	alive := rm.b.md.Image().Alive(id)
 	r.mu.Lock()
 	f := r.followers[id]
 	if !r.leader || f == nil {
@@ -245,19 +247,22 @@ func (rm *replication) followerFetched(r *replica, id int32, offset int64, now t
 	ws := r.advanceLocked()
 	// A follower out of the ISR that has everything up to the HW, and everything this leader had when
 	// its leadership began, rejoins (Kafka's maybeExpandIsr with KAFKA-7128's epoch start check).
-	expand := !slices.Contains(r.isr, id) && offset >= max(r.log.HighWatermark(), r.epochStart) && !r.isrChange
+	expand := alive && !slices.Contains(r.isr, id) && offset >= max(r.log.HighWatermark(), r.epochStart) && !r.isrChange
 	var cmd meta.Command
 	if expand {
 		r.isrChange = true
 		cmd = meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
 			LeaderEpoch: r.epoch, PartitionEpoch: r.partitionEpoch, ISR: append(slices.Clone(r.isr), id)}
 		r.expandingLocked(cmd.ISR) // before the proposal can commit
+		// Counted as caught up from now, as followers are at an election: its last catch-up to the
+		// log end may be long past, and checkISR would otherwise settle the expansion it just made.
+		f.lastCaughtUp = now
 	}
 	r.mu.Unlock()
 	fire(ws, nil)
 	if expand {
 		rm.b.wg.Add(1)
-		go rm.alterISR(r, cmd, false, fmt.Sprintf("broker %d caught up", id))
+		go rm.alterISR(r, cmd, +1, fmt.Sprintf("broker %d caught up", id))
 	}
 }
 
@@ -276,9 +281,12 @@ func (rm *replication) checkISR(now time.Time) {
 			r.mu.Unlock()
 			continue
 		}
-		// Over the maximal ISR: a joiner whose expansion's outcome never came back holds the HW as
-		// a member does, and leaves it the same way (the proposal, at the same partition epoch, settles
-		// the expansion either way).
+		// Over the maximal ISR: a joiner whose expansion's outcome never came back (the proposal was
+		// refused, or timed out and may still commit) holds the HW as a member does, and leaves it the
+		// same way. When only such joiners lag, the proposal is the ISR as it is: accepted at this
+		// partition epoch it moves the epoch, which settles the expansion either way. (Kafka keeps one
+		// AlterPartition in flight and retries it until answered; here a proposal's outcome may not
+		// come back, so the epoch is what settles it.)
 		var keep, out []int32
 		for _, id := range r.hwISRLocked() {
 			if f := r.followers[id]; f != nil && now.Sub(f.lastCaughtUp) > rm.lagMax {
@@ -294,14 +302,24 @@ func (rm *replication) checkISR(now time.Time) {
 		r.isrChange = true
 		cmd := meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
 			LeaderEpoch: r.epoch, PartitionEpoch: r.partitionEpoch, ISR: keep}
+		why := fmt.Sprintf("broker(s) %v not caught up within %v", out, rm.lagMax)
+		if len(keep) == len(r.isr) {
+			why = fmt.Sprintf("pending addition of broker(s) %v not caught up within %v", out, rm.lagMax)
+		}
+		change := 0
+		if len(keep) < len(r.isr) {
+			change = -1
+		}
 		r.mu.Unlock()
 		rm.b.wg.Add(1)
-		go rm.alterISR(r, cmd, true, fmt.Sprintf("broker(s) %v not caught up within %v", out, rm.lagMax))
+		go rm.alterISR(r, cmd, change, why)
 	}
 }
 
-// alterISR proposes an ISR change; the new ISR takes effect when the metadata brings it back (apply).
-func (rm *replication) alterISR(r *replica, cmd meta.Command, shrink bool, why string) {
+// alterISR proposes an ISR change: change is -1 for a shrink, +1 for an expansion, 0 for the same ISR
+// (which only moves the partition epoch, see checkISR). The new ISR takes effect when the metadata
+// brings it back (apply).
+func (rm *replication) alterISR(r *replica, cmd meta.Command, change int, why string) {
 	defer rm.b.wg.Done()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -309,16 +327,16 @@ func (rm *replication) alterISR(r *replica, cmd meta.Command, shrink bool, why s
 	if err != nil {
 		rm.b.log.Warn("ISR change refused", "topic", r.topic, "partition", r.partition, "isr", cmd.ISR, "reason", why, "err", err)
 		r.mu.Lock()
+		// The maximal ISR stays even after a refusal: another proposal made at this partition epoch
+		// (isrChange is cleared by every image) may be in flight with the same joiner. The next epoch
+		// settles it (apply), or checkISR once the joiner lags.
 		r.isrChange = false
-		if !shrink && errors.Is(err, rerr.ErrInvalidRequest) && r.partitionEpoch == cmd.PartitionEpoch {
-			// Refused for good at this partition epoch (the joiner is fenced): nothing to wait for. Other
-			// errors (a timeout, a controller change) may hide a commit, which the next image shows.
-			r.maximalISR = nil
-		}
 		r.mu.Unlock()
 		return
 	}
-	rm.b.tel.ISRChanged(r.topic, r.partition, shrink)
+	if change != 0 {
+		rm.b.tel.ISRChanged(r.topic, r.partition, change < 0)
+	}
 	rm.b.log.Info("ISR changed", "topic", r.topic, "partition", r.partition, "isr", cmd.ISR, "reason", why)
 }
 

@@ -57,8 +57,8 @@ type testMeta struct {
 	fsm   *meta.FSM
 	epoch atomic.Uint64
 	// beforePropose, when set, runs in Propose before the command reaches the quorum: a test holds a
-	// proposal in flight with it.
-	beforePropose atomic.Pointer[func(meta.Command)]
+	// proposal in flight with it, or makes it fail without reaching the quorum (its error).
+	beforePropose atomic.Pointer[func(meta.Command) error]
 }
 
 func (m *testMeta) Image() *meta.Image       { return m.fsm.Image() }
@@ -67,7 +67,9 @@ func (m *testMeta) ControllerID() int32      { return 1 }
 func (m *testMeta) Epoch() uint64            { return m.epoch.Load() }
 func (m *testMeta) Propose(_ context.Context, cmd meta.Command) (*meta.Image, error) {
 	if f := m.beforePropose.Load(); f != nil {
-		(*f)(cmd)
+		if err := (*f)(cmd); err != nil {
+			return nil, err
+		}
 	}
 	if _, err := m.q.propose(cmd); err != nil {
 		return nil, err
@@ -81,6 +83,10 @@ type testCluster struct {
 	q       *testQuorum
 	brokers map[int32]*Broker
 }
+
+// testReplicaLagTimeMax is the brokers' replica.lag.time.max in startTestCluster: long, so that no
+// test's ISR shrinks unless it asks; a test of the shrink sets it shorter for its own cluster.
+var testReplicaLagTimeMax = time.Minute
 
 func startTestCluster(t *testing.T, n int) *testCluster {
 	t.Helper()
@@ -120,7 +126,7 @@ func startTestCluster(t *testing.T, n int) *testCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := New(Config{NodeID: id, AdvertisedAddr: addrs[id], ReplicaLagTimeMax: time.Minute}, st, metas[id], logger.With("node", id))
+		b, err := New(Config{NodeID: id, AdvertisedAddr: addrs[id], ReplicaLagTimeMax: testReplicaLagTimeMax}, st, metas[id], logger.With("node", id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -553,8 +559,8 @@ func TestProduceNeedsLeadershipTakenUp(t *testing.T) {
 // taking it back into the ISR (Kafka's maximal ISR, KIP-497), not from when the new ISR comes back to
 // it. Leader A proposes adding C, which caught up at offset 10; the proposal is held in flight while
 // records 10-14 are written and B fetches them, and C's answer carrying them is held. Counting the old
-// ISR {A, B}, A would acknowledge them. Then the expansion commits, A and B are fenced before A applies
-// anything more and C, in the ISR, is elected without records 10-14: acknowledged records lost. The
+// ISR {A, B}, A would acknowledge them. Then the expansion commits, A and B stop and are fenced, and C,
+// in the ISR, is elected without records 10-14: acknowledged records lost. The
 // shape of the e2e loss in TestReplicationSurvivesLeaderKills, where the leader of a follower just
 // restarted and catching up was paused (SIGSTOP) and another elected.
 func TestPendingISRExpansionHoldsHW(t *testing.T) {
@@ -592,11 +598,12 @@ func TestPendingISRExpansionHoldsHW(t *testing.T) {
 	// A's proposal to take C back is held in flight; so is C's first answer with records.
 	proposed, commit := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	hold := func(cmd meta.Command) {
+	hold := func(cmd meta.Command) error {
 		if cmd.Type == meta.CmdAlterPartition && slices.Contains(cmd.ISR, cc) {
 			once.Do(func() { close(proposed) })
 			<-commit
 		}
+		return nil
 	}
 	c.brokers[a].md.(*testMeta).beforePropose.Store(&hold)
 	var commitOnce sync.Once
@@ -666,5 +673,110 @@ func TestPendingISRExpansionHoldsHW(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("the second batch was acknowledged though C, counted in the HW, never had it")
+	}
+}
+
+// TestPendingISRExpansionSettledByCheckISR: an expansion whose outcome never comes back (here its
+// proposal fails as a timeout would, without reaching the controller) keeps its joiner in the maximal
+// ISR, so the HW waits for it; once the joiner has not caught up for replica.lag.time.max, the leader
+// proposes the ISR it has, which moves the partition epoch and settles the expansion: the HW moves on
+// without the joiner, and the write waiting for it is acknowledged. Without that, a joiner that stopped
+// right after being proposed would hold the HW, and every acks=all write, for good.
+func TestPendingISRExpansionSettledByCheckISR(t *testing.T) {
+	testReplicaLagTimeMax = 600 * time.Millisecond
+	t.Cleanup(func() { testReplicaLagTimeMax = time.Minute })
+	const topic = "maximalisrsettle"
+	c, gates, st := startGatedCluster(t, 3, topic)
+	a, b, cc := st.Leader, st.Replicas[1], st.Replicas[2]
+	for _, id := range []int32{b, cc} {
+		waitUntil(t, "followers ready at epoch 0", c.following(topic, id, a, 0))
+	}
+	const pid = 6161
+	if _, err := c.produce(a, topic, idempotentBatch(pid, 0, 10, "one"), runnelv1.Acks_ACKS_ALL); err != nil {
+		t.Fatalf("first batch: %v", err)
+	}
+
+	// Every proposal to take C back fails as if it had timed out.
+	var refused atomic.Int32
+	fail := func(cmd meta.Command) error {
+		if cmd.Type == meta.CmdAlterPartition && slices.Contains(cmd.ISR, cc) {
+			refused.Add(1)
+			return rerr.New(runnelv1.ErrorCode_REQUEST_TIMED_OUT, "test: the proposal's outcome is unknown")
+		}
+		return nil
+	}
+	c.brokers[a].md.(*testMeta).beforePropose.Store(&fail)
+
+	// C leaves the ISR (its fetcher stopped at A), then comes back at 10 and stops again at its first
+	// answer with records.
+	first := gates.hold(cc, a, false)
+	waitClosed(t, "C's fetcher stopped at A", first.entered)
+	ra := c.replicaOn(a, topic)
+	waitUntil(t, "A applies an ISR without C", func() error {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		if slices.Contains(ra.isr, cc) {
+			return fmt.Errorf("ISR %v", ra.isr)
+		}
+		return nil
+	})
+	toC := gates.hold(cc, a, true)
+	first.open()
+	waitUntil(t, "A proposes C back", func() error {
+		if refused.Load() == 0 {
+			return errors.New("no proposal yet")
+		}
+		return nil
+	})
+
+	acked := make(chan error, 1)
+	go func() {
+		_, err := c.produce(a, topic, idempotentBatch(pid, 10, 5, "two"), runnelv1.Acks_ACKS_ALL)
+		acked <- err
+	}()
+	waitClosed(t, "C's answer carrying the second batch", toC.entered)
+	waitUntil(t, "A sees B's fetch past the second batch", func() error {
+		ra.mu.Lock()
+		defer ra.mu.Unlock()
+		if f := ra.followers[b]; f == nil || f.leo < 15 {
+			return fmt.Errorf("A's view of B: %+v", f)
+		}
+		return nil
+	})
+	// Until the settle (replica.lag.time.max after the last proposal), C holds the HW. Read in this
+	// order, the answer first: the HW moves only after the maximal ISR has lost C.
+	var early error
+	finished := false
+	select {
+	case early = <-acked:
+		finished = true
+	default:
+	}
+	ra.mu.Lock()
+	maximal, hw := slices.Clone(ra.maximalISR), ra.log.HighWatermark()
+	ra.mu.Unlock()
+	if slices.Contains(maximal, cc) && (hw > 10 || finished) {
+		t.Fatalf("with C (at 10) in the maximal ISR %v: HW %d, the second batch finished %v (%v)", maximal, hw, finished, early)
+	}
+	if finished {
+		acked <- early // settled already (a slow machine): checked below
+	}
+
+	// C stays stopped: the leader's own proposal settles the expansion and the write is acknowledged.
+	select {
+	case err := <-acked:
+		if err != nil {
+			t.Fatalf("second batch: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the second batch was not acknowledged: the pending expansion holds the HW")
+	}
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	if ra.maximalISR != nil || slices.Contains(ra.isr, cc) {
+		t.Fatalf("after the settle: ISR %v, maximal ISR %v", ra.isr, ra.maximalISR)
+	}
+	if hw := ra.log.HighWatermark(); hw != 15 {
+		t.Fatalf("A's HW is %d, want 15", hw)
 	}
 }
