@@ -27,6 +27,10 @@ type ackLog struct {
 	acked map[string]client.TopicPartition // value → where it was acknowledged
 	offs  map[string]int64
 	fails int
+	// firstErrs are the first failures' errors: with the test's 60 s delivery timeout only an error
+	// the producer does not retry fails a record, such as the OUT_OF_ORDER_SEQUENCE_NUMBER a leader
+	// missing acknowledged batches answers.
+	firstErrs []string
 }
 
 // TestReplicationSurvivesLeaderKills: three nodes, a topic with replication factor 3 and
@@ -67,6 +71,9 @@ func TestReplicationSurvivesLeaderKills(t *testing.T) {
 				defer log.mu.Unlock()
 				if err != nil {
 					log.fails++
+					if len(log.firstErrs) < 3 {
+						log.firstErrs = append(log.firstErrs, err.Error())
+					}
 					return
 				}
 				log.acked[v] = client.TopicPartition{Topic: r.Topic, Partition: r.Partition}
@@ -122,6 +129,9 @@ func TestReplicationSurvivesLeaderKills(t *testing.T) {
 	p.Close()
 	log.mu.Lock()
 	t.Logf("acknowledged %d records, %d failed", len(log.acked), log.fails)
+	for _, e := range log.firstErrs {
+		t.Logf("a failure: %s", e)
+	}
 	if len(log.acked) == 0 {
 		t.Fatal("nothing acknowledged")
 	}
