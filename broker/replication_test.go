@@ -446,21 +446,7 @@ func TestISRExpansionWaitsForLeaderEpochStart(t *testing.T) {
 	// fetches (one would take it back into the ISR at A's HW), and it leaves the ISR.
 	waitClosed(t, "C's fetcher stopped at A", gates.hold(cc, a, false).entered)
 	ra := c.replicaOn(a, topic)
-	ra.mu.Lock()
-	pe := ra.partitionEpoch
-	ra.mu.Unlock()
-	if _, err := c.q.propose(meta.Command{Type: meta.CmdAlterPartition, Name: topic, Partition: 0, BrokerID: a, LeaderEpoch: 0,
-		PartitionEpoch: pe, ISR: []int32{a, b, d}}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "A applies the ISR without C", func() error {
-		ra.mu.Lock()
-		defer ra.mu.Unlock()
-		if slices.Contains(ra.isr, cc) {
-			return fmt.Errorf("ISR %v", ra.isr)
-		}
-		return nil
-	})
+	c.applyISR(t, ra, []int32{a, b, d})
 
 	// Records 10-14 are acknowledged by A, B and D; the answer that would tell B the new HW is held.
 	toB := gates.hold(b, a, true)
@@ -564,36 +550,9 @@ func TestProduceNeedsLeadershipTakenUp(t *testing.T) {
 // shape of the e2e loss in TestReplicationSurvivesLeaderKills, where the leader of a follower just
 // restarted and catching up was paused (SIGSTOP) and another elected.
 func TestPendingISRExpansionHoldsHW(t *testing.T) {
-	const topic = "maximalisr"
-	c, gates, st := startGatedCluster(t, 3, topic)
-	a, b, cc := st.Leader, st.Replicas[1], st.Replicas[2]
-	for _, id := range []int32{b, cc} {
-		waitUntil(t, "followers ready at epoch 0", c.following(topic, id, a, 0))
-	}
 	const pid = 5151
-	if _, err := c.produce(a, topic, idempotentBatch(pid, 0, 10, "one"), runnelv1.Acks_ACKS_ALL); err != nil {
-		t.Fatalf("first batch: %v", err)
-	}
-
-	// C leaves the ISR: its fetcher is stopped at A's next answer.
-	first := gates.hold(cc, a, false)
-	waitClosed(t, "C's fetcher stopped at A", first.entered)
-	ra := c.replicaOn(a, topic)
-	ra.mu.Lock()
-	pe := ra.partitionEpoch
-	ra.mu.Unlock()
-	if _, err := c.q.propose(meta.Command{Type: meta.CmdAlterPartition, Name: topic, Partition: 0, BrokerID: a, LeaderEpoch: 0,
-		PartitionEpoch: pe, ISR: []int32{a, b}}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "A applies the ISR without C", func() error {
-		ra.mu.Lock()
-		defer ra.mu.Unlock()
-		if slices.Contains(ra.isr, cc) {
-			return fmt.Errorf("ISR %v", ra.isr)
-		}
-		return nil
-	})
+	c, gates, a, b, cc, ra, first := rejoinScenario(t, "maximalisr", pid)
+	topic := ra.topic
 
 	// A's proposal to take C back is held in flight; so is C's first answer with records.
 	proposed, commit := make(chan struct{}), make(chan struct{})
@@ -624,14 +583,7 @@ func TestPendingISRExpansionHoldsHW(t *testing.T) {
 		acked <- err
 	}()
 	waitClosed(t, "C's answer carrying the second batch", toC.entered)
-	waitUntil(t, "A sees B's fetch past the second batch", func() error {
-		ra.mu.Lock()
-		defer ra.mu.Unlock()
-		if f := ra.followers[b]; f == nil || f.leo < 15 {
-			return fmt.Errorf("A's view of B: %+v", f)
-		}
-		return nil
-	})
+	waitUntil(t, "A sees B's fetch past the second batch", fetchedTo(ra, b, 15))
 	if hw := ra.log.HighWatermark(); hw != 10 {
 		t.Errorf("A's HW is %d with the expansion to C pending and C at 10: want 10", hw)
 	}
@@ -685,16 +637,9 @@ func TestPendingISRExpansionHoldsHW(t *testing.T) {
 func TestPendingISRExpansionSettledByCheckISR(t *testing.T) {
 	testReplicaLagTimeMax = 600 * time.Millisecond
 	t.Cleanup(func() { testReplicaLagTimeMax = time.Minute })
-	const topic = "maximalisrsettle"
-	c, gates, st := startGatedCluster(t, 3, topic)
-	a, b, cc := st.Leader, st.Replicas[1], st.Replicas[2]
-	for _, id := range []int32{b, cc} {
-		waitUntil(t, "followers ready at epoch 0", c.following(topic, id, a, 0))
-	}
 	const pid = 6161
-	if _, err := c.produce(a, topic, idempotentBatch(pid, 0, 10, "one"), runnelv1.Acks_ACKS_ALL); err != nil {
-		t.Fatalf("first batch: %v", err)
-	}
+	c, gates, a, b, cc, ra, first := rejoinScenario(t, "maximalisrsettle", pid)
+	topic := ra.topic
 
 	// Every proposal to take C back fails as if it had timed out.
 	var refused atomic.Int32
@@ -707,19 +652,7 @@ func TestPendingISRExpansionSettledByCheckISR(t *testing.T) {
 	}
 	c.brokers[a].md.(*testMeta).beforePropose.Store(&fail)
 
-	// C leaves the ISR (its fetcher stopped at A), then comes back at 10 and stops again at its first
-	// answer with records.
-	first := gates.hold(cc, a, false)
-	waitClosed(t, "C's fetcher stopped at A", first.entered)
-	ra := c.replicaOn(a, topic)
-	waitUntil(t, "A applies an ISR without C", func() error {
-		ra.mu.Lock()
-		defer ra.mu.Unlock()
-		if slices.Contains(ra.isr, cc) {
-			return fmt.Errorf("ISR %v", ra.isr)
-		}
-		return nil
-	})
+	// C comes back at 10 and stops again at its first answer with records.
 	toC := gates.hold(cc, a, true)
 	first.open()
 	waitUntil(t, "A proposes C back", func() error {
@@ -735,14 +668,7 @@ func TestPendingISRExpansionSettledByCheckISR(t *testing.T) {
 		acked <- err
 	}()
 	waitClosed(t, "C's answer carrying the second batch", toC.entered)
-	waitUntil(t, "A sees B's fetch past the second batch", func() error {
-		ra.mu.Lock()
-		defer ra.mu.Unlock()
-		if f := ra.followers[b]; f == nil || f.leo < 15 {
-			return fmt.Errorf("A's view of B: %+v", f)
-		}
-		return nil
-	})
+	waitUntil(t, "A sees B's fetch past the second batch", fetchedTo(ra, b, 15))
 	// Until the settle (replica.lag.time.max after the last proposal), C holds the HW. Read in this
 	// order, the answer first: the HW moves only after the maximal ISR has lost C.
 	var early error
@@ -779,4 +705,58 @@ func TestPendingISRExpansionSettledByCheckISR(t *testing.T) {
 	if hw := ra.log.HighWatermark(); hw != 15 {
 		t.Fatalf("A's HW is %d, want 15", hw)
 	}
+}
+
+// rejoinScenario starts three gated brokers with topic (one partition, leader A, followers B and C),
+// writes 10 records of producer pid with acks=all, and takes C out of the ISR: its fetcher is stopped
+// at A's next answer, at the returned gate (still closed), and A has applied the ISR {A, B}. It returns
+// the cluster, the gates, A, B, C and A's replica state.
+func rejoinScenario(t *testing.T, topic string, pid int64) (c *testCluster, gates *fetchGates, a, b, cc int32, ra *replica, stopped *fetchGate) {
+	t.Helper()
+	c, gates, st := startGatedCluster(t, 3, topic)
+	a, b, cc = st.Leader, st.Replicas[1], st.Replicas[2]
+	for _, id := range []int32{b, cc} {
+		waitUntil(t, "followers ready at epoch 0", c.following(topic, id, a, 0))
+	}
+	if _, err := c.produce(a, topic, idempotentBatch(pid, 0, 10, "one"), runnelv1.Acks_ACKS_ALL); err != nil {
+		t.Fatalf("first batch: %v", err)
+	}
+	stopped = gates.hold(cc, a, false)
+	waitClosed(t, "C's fetcher stopped at A", stopped.entered)
+	ra = c.replicaOn(a, topic)
+	c.applyISR(t, ra, []int32{a, b})
+	return c, gates, a, b, cc, ra, stopped
+}
+
+// fetchedTo is a condition for waitUntil: leader r has seen follower id fetch at end or beyond.
+func fetchedTo(r *replica, id int32, end int64) func() error {
+	return func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if f := r.followers[id]; f == nil || f.leo < end {
+			return fmt.Errorf("the leader's view of follower %d: %+v", id, f)
+		}
+		return nil
+	}
+}
+
+// applyISR has the controller set the ISR of leader r's partition (at its epochs, as r's
+// AlterPartition would) and waits until r applied it.
+func (c *testCluster) applyISR(t *testing.T, r *replica, isr []int32) {
+	t.Helper()
+	r.mu.Lock()
+	leader, epoch, pe := r.leaderID, r.epoch, r.partitionEpoch
+	r.mu.Unlock()
+	if _, err := c.q.propose(meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, Partition: r.partition, BrokerID: leader,
+		LeaderEpoch: epoch, PartitionEpoch: pe, ISR: isr}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, fmt.Sprintf("the leader applies the ISR %v", isr), func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if !slices.Equal(r.isr, isr) {
+			return fmt.Errorf("ISR %v", r.isr)
+		}
+		return nil
+	})
 }
