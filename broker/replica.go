@@ -23,6 +23,7 @@ const DefaultReplicaLagTimeMax = 10 * time.Second
 type replica struct {
 	id        plog.PartitionID
 	topic     string
+	topicID   string // meta.Topic.ID: an ISR change names the topic by it too
 	partition int32
 	log       *plog.Partition
 

@@ -105,7 +105,7 @@ func (rm *replication) apply(img *meta.Image, logs func(t *meta.Topic, p int32) 
 			r := rm.parts[id]
 			if r == nil {
 				l.SetReplicated()
-				r = &replica{id: id, topic: t.Name, partition: int32(i), log: l, leaderID: meta.NoLeader, epoch: -1}
+				r = &replica{id: id, topic: t.Name, topicID: t.ID, partition: int32(i), log: l, leaderID: meta.NoLeader, epoch: -1}
 				rm.parts[id] = r
 			}
 			r.mu.Lock()
@@ -201,6 +201,9 @@ func (rm *replication) waitISR(r *replica, end int64, deadline time.Time, done f
 		timer.Stop()
 		if err == nil {
 			r.mu.Lock()
+			// The committed ISR, not the maximal one the HW counts: a joiner whose addition is not
+			// committed may yet be refused, and Kafka's checkEnoughReplicasReachOffset counts the
+			// committed ISR too.
 			isr, minISR := len(r.isr), r.minISR
 			r.mu.Unlock()
 			if int32(isr) < minISR {
@@ -251,7 +254,7 @@ func (rm *replication) followerFetched(r *replica, id int32, offset int64, now t
 	var cmd meta.Command
 	if expand {
 		r.isrChange = true
-		cmd = meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
+		cmd = meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, TopicID: r.topicID, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
 			LeaderEpoch: r.epoch, PartitionEpoch: r.partitionEpoch, ISR: append(slices.Clone(r.isr), id)}
 		r.expandingLocked(cmd.ISR) // before the proposal can commit
 		// Counted as caught up from now, as followers are at an election: its last catch-up to the
@@ -300,7 +303,7 @@ func (rm *replication) checkISR(now time.Time) {
 			continue
 		}
 		r.isrChange = true
-		cmd := meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
+		cmd := meta.Command{Type: meta.CmdAlterPartition, Name: r.topic, TopicID: r.topicID, Partition: r.partition, BrokerID: rm.b.cfg.NodeID,
 			LeaderEpoch: r.epoch, PartitionEpoch: r.partitionEpoch, ISR: keep}
 		why := fmt.Sprintf("broker(s) %v not caught up within %v", out, rm.lagMax)
 		if len(keep) == len(r.isr) {

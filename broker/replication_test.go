@@ -557,9 +557,10 @@ func TestPendingISRExpansionHoldsHW(t *testing.T) {
 	// A's proposal to take C back is held in flight; so is C's first answer with records.
 	proposed, commit := make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	var expansion meta.Command
 	hold := func(cmd meta.Command) error {
 		if cmd.Type == meta.CmdAlterPartition && slices.Contains(cmd.ISR, cc) {
-			once.Do(func() { close(proposed) })
+			once.Do(func() { expansion = cmd; close(proposed) })
 			<-commit
 		}
 		return nil
@@ -571,6 +572,9 @@ func TestPendingISRExpansionHoldsHW(t *testing.T) {
 	toC := gates.hold(cc, a, true)
 	first.open()
 	waitClosed(t, "A proposes C back into the ISR", proposed)
+	if top, ok := c.brokers[a].md.Image().Topic(topic); !ok || expansion.TopicID != top.ID {
+		t.Errorf("the expansion names topic id %q, want the topic's %q", expansion.TopicID, top.ID)
+	}
 
 	acked := make(chan error, 1)
 	go func() {

@@ -328,6 +328,13 @@ func (m *Image) alterPartition(cmd Command) Result {
 	if !ok {
 		return Result{Err: rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q does not exist", cmd.Name)}
 	}
+	if cmd.TopicID != "" && cmd.TopicID != t.ID {
+		// The leader's topic was deleted and one of the same name created since it proposed: the new
+		// topic's epochs start again and could match, so the name alone would apply the old topic's ISR
+		// to it (why Kafka's AlterPartition names topics by ID from version 2 on). An empty
+		// TopicID (commands logged before it was carried) is checked by name and epochs only.
+		return Result{Err: rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q is now topic id %s, not %s (deleted and created again)", cmd.Name, t.ID, cmd.TopicID)}
+	}
 	p, ok := t.Partition(cmd.Partition)
 	if !ok {
 		return Result{Err: rerr.New(runnelv1.ErrorCode_UNKNOWN_TOPIC_OR_PARTITION, "topic %q has no partition %d", cmd.Name, cmd.Partition)}

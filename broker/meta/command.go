@@ -25,7 +25,8 @@ const (
 	// CmdAlterTopicConfig sets Set and removes Delete from the config overrides of topic Name.
 	CmdAlterTopicConfig CommandType = "alter_topic_config"
 	// CmdAlterPartition changes the ISR of Name/Partition as asked by its leader BrokerID, valid only at
-	// LeaderEpoch and PartitionEpoch (Kafka's AlterPartition, KIP-497).
+	// LeaderEpoch and PartitionEpoch, and, when TopicID is set, only for the topic of that ID (Kafka's
+	// AlterPartition, KIP-497; topic IDs as in its version 2).
 	CmdAlterPartition CommandType = "alter_partition"
 	// CmdAllocateProducerIDs gives broker BrokerID the next block of ProducerIDBlockSize producer ids.
 	CmdAllocateProducerIDs CommandType = "allocate_producer_ids"

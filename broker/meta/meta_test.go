@@ -199,6 +199,15 @@ func TestAlterPartitionFencing(t *testing.T) {
 	if r := c.apply(noLeader); !errors.Is(r.Err, rerr.ErrInvalidRequest) {
 		t.Fatalf("ISR without the leader: %v", r.Err)
 	}
+	otherTopic := ok
+	otherTopic.TopicID = "an-id-of-a-deleted-topic"
+	if r := c.apply(otherTopic); !errors.Is(r.Err, rerr.ErrUnknownTopicOrPartition) {
+		t.Fatalf("ISR change for another topic of the same name: %v", r.Err)
+	}
+	if got, _ := c.img.Topic("t"); !slices.Equal(got.Assignment[0].ISR, p.ISR) || got.Assignment[0].PartitionEpoch != p.PartitionEpoch {
+		t.Fatalf("a refused ISR change changed the partition: %+v", got.Assignment[0])
+	}
+	ok.TopicID = top.ID
 	res := c.must(ok)
 	if np := res.Topic.Assignment[0]; len(np.ISR) != 2 || np.PartitionEpoch != p.PartitionEpoch+1 {
 		t.Fatalf("after the ISR shrink: %+v", np)
