@@ -127,6 +127,8 @@ type fetcher struct {
 // fetchCall is one fetch in flight, cancellable by interrupt.
 type fetchCall struct {
 	cancel      context.CancelFunc
+	parts       []tp      // the partitions it fetches
+	started     time.Time // when it was sent
 	interrupted bool
 }
 
@@ -187,7 +189,7 @@ func (c *Consumer) Assign(topic string, partition int32, from Offset) error {
 	c.resetLocked(p, off)
 	f := c.fetcherLocked(p.leader)
 	c.mu.Unlock()
-	f.interrupt()
+	f.interrupt(key)
 	return nil
 }
 
@@ -204,7 +206,7 @@ func (c *Consumer) Unassign(topic string, partition int32) {
 	f := c.fetchers[p.leader]
 	c.mu.Unlock()
 	if f != nil {
-		f.interrupt()
+		f.interrupt(p.tp)
 	}
 }
 
@@ -222,7 +224,7 @@ func (c *Consumer) Seek(topic string, partition int32, offset int64) {
 	f := c.fetchers[p.leader]
 	c.mu.Unlock()
 	if f != nil {
-		f.interrupt()
+		f.interrupt(p.tp)
 	}
 }
 
@@ -750,13 +752,27 @@ func (f *fetcher) wake() {
 	}
 }
 
-// interrupt cancels the fetch in flight (its answer would be dropped anyway, after a Seek) and wakes the
-// fetcher, so a moved or new partition is fetched at once rather than after the long poll.
-func (f *fetcher) interrupt() {
+// interrupt cancels the fetches in flight that carry partition k (their answers for it would be dropped
+// anyway, after a Seek or Unassign) and wakes the fetcher, so a moved or new partition is fetched at
+// once rather than after a long poll. Fetches of other partitions go on: a group member assigned many
+// partitions one by one would otherwise throw away, for each, every answer on its way. When every slot
+// is taken, the oldest fetch (most likely a long poll of caught-up partitions) is cancelled too, to
+// free one.
+func (f *fetcher) interrupt(k tp) {
 	f.mu.Lock()
+	var oldest *fetchCall
+	hit := false
 	for call := range f.calls {
-		call.interrupted = true
-		call.cancel()
+		if slices.Contains(call.parts, k) {
+			call.interrupted, hit = true, true
+			call.cancel()
+		} else if oldest == nil || call.started.Before(oldest.started) {
+			oldest = call
+		}
+	}
+	if !hit && oldest != nil && len(f.calls) >= maxFetchesInFlight {
+		oldest.interrupted = true
+		oldest.cancel()
 	}
 	f.mu.Unlock()
 	f.wake()
@@ -851,7 +867,10 @@ func (f *fetcher) fetch(items []fetchItem) {
 		req.Partitions = append(req.Partitions, fp)
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, cfg.fetchMaxWait+cfg.common.requestTimeout)
-	call := &fetchCall{cancel: cancel}
+	call := &fetchCall{cancel: cancel, started: time.Now()}
+	for _, it := range items {
+		call.parts = append(call.parts, it.p.tp)
+	}
 	f.mu.Lock()
 	if f.calls == nil {
 		f.calls = map[*fetchCall]struct{}{}

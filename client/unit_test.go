@@ -358,3 +358,43 @@ func putCRC(b []byte) {
 	c := batch.Checksum(b)
 	b[17], b[18], b[19], b[20] = byte(c>>24), byte(c>>16), byte(c>>8), byte(c)
 }
+
+// TestFetcherInterruptCancelsOnlyThatPartitionsFetches: a Seek, Assign or Unassign of one partition
+// cancels the fetches in flight that carry it, not the others (a group member assigned partitions
+// one by one threw away every answer on its way for each), except that with every slot taken the
+// oldest fetch is cancelled so the partition gets one.
+func TestFetcherInterruptCancelsOnlyThatPartitionsFetches(t *testing.T) {
+	f := &fetcher{wakeCh: make(chan struct{}, 1)}
+	cancelled := map[string]bool{}
+	call := func(name string, started time.Time, parts ...tp) *fetchCall {
+		return &fetchCall{parts: parts, started: started, cancel: func() { cancelled[name] = true }}
+	}
+	now := time.Now()
+	a, b, c := tp{"t", 0}, tp{"t", 1}, tp{"t", 2}
+	ca, cb := call("a", now, a, c), call("b", now.Add(-time.Second), b)
+	f.calls = map[*fetchCall]struct{}{ca: {}, cb: {}}
+	f.interrupt(c)
+	if !cancelled["a"] || !ca.interrupted || cancelled["b"] || cb.interrupted {
+		t.Errorf("interrupt of %v with free slots: cancelled %v (a interrupted %v, b %v), want only a's fetch", c, cancelled, ca.interrupted, cb.interrupted)
+	}
+	if len(f.wakeCh) != 1 {
+		t.Errorf("interrupt did not wake the fetcher")
+	}
+
+	clear(cancelled)
+	<-f.wakeCh
+	f.calls = map[*fetchCall]struct{}{}
+	var calls []*fetchCall
+	for i := range maxFetchesInFlight {
+		cl := call(fmt.Sprint(i), now.Add(time.Duration(i)*time.Second), b)
+		calls = append(calls, cl)
+		f.calls[cl] = struct{}{}
+	}
+	f.interrupt(a) // in none of them
+	if len(cancelled) != 1 || !cancelled["0"] || !calls[0].interrupted {
+		t.Errorf("interrupt of %v with every slot taken by other partitions: cancelled %v, want only the oldest (0)", a, cancelled)
+	}
+	if len(f.wakeCh) != 1 {
+		t.Errorf("interrupt did not wake the fetcher")
+	}
+}
