@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -828,6 +829,69 @@ func TestFsyncAcrossRotation(t *testing.T) {
 	}
 	if got := readAll(t, p, 0); len(got) != 40 {
 		t.Fatalf("%d batches", len(got))
+	}
+}
+
+// TestSyncCoversActiveLogFiles: the sync that acknowledges an fsynced append covers the value-log and
+// memtable WAL files that are active when it runs, the ones that were active at the sync before (which
+// may hold writes since, and which Badger never syncs when it rotates), and the directory when files
+// were created. The syncer syncs them by path, without Badger's db.Sync and its lock.
+func TestSyncCoversActiveLogFiles(t *testing.T) {
+	var mu sync.Mutex
+	var synced []string
+	testHookSyncPath = func(path string) {
+		mu.Lock()
+		synced = append(synced, path)
+		mu.Unlock()
+	}
+	t.Cleanup(func() { testHookSyncPath = nil })
+	o := testOptions(t, true)
+	o.ValueLogFileSize = 1 << 20
+	o.MemTableSize = 1 << 20
+	s := openStore(t, o)
+	p := mustPartition(t, s, pid)
+	active := func() (vlog, mem badgerLogFile) {
+		files, err := badgerLogFiles(o.Dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if f.vlog && f.fid >= vlog.fid {
+				vlog = f
+			} else if !f.vlog && f.fid >= mem.fid {
+				mem = f
+			}
+		}
+		return vlog, mem
+	}
+	prevVlog, prevMem := active()
+	rotations := 0
+	for i := range 60 {
+		mu.Lock()
+		synced = nil
+		mu.Unlock()
+		mustAppend(t, p, sizedBatch(t, 100_000, int64(i)), syncAppend) // answered after its sync
+		vlog, mem := active()
+		mu.Lock()
+		got := slices.Clone(synced)
+		mu.Unlock()
+		want := []string{filepath.Join(o.Dir, vlog.name), filepath.Join(o.Dir, prevVlog.name), filepath.Join(o.Dir, mem.name)}
+		if _, err := os.Stat(filepath.Join(o.Dir, prevMem.name)); err == nil {
+			want = append(want, filepath.Join(o.Dir, prevMem.name)) // not flushed to a table and deleted
+		}
+		if vlog != prevVlog || mem != prevMem {
+			rotations++
+			want = append(want, o.Dir)
+		}
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Fatalf("append %d: the sync that answered it synced %v, not %s", i, got, w)
+			}
+		}
+		prevVlog, prevMem = vlog, mem
+	}
+	if rotations < 3 {
+		t.Fatalf("%d rotations in 6 MB written into 1 MiB files: the test did not cross any", rotations)
 	}
 }
 
