@@ -202,8 +202,8 @@ func (rm *replication) waitISR(r *replica, end int64, deadline time.Time, done f
 		if err == nil {
 			r.mu.Lock()
 			// The committed ISR, not the maximal one the HW counts: a joiner whose addition is not
-			// committed may yet be refused, and Kafka's checkEnoughReplicasReachOffset counts the
-			// committed ISR too.
+			// committed may yet be refused. Stricter than Kafka, whose checkEnoughReplicasReachOffset
+			// counts the maximal ISR here (its check before the append counts the committed one).
 			isr, minISR := len(r.isr), r.minISR
 			r.mu.Unlock()
 			if int32(isr) < minISR {

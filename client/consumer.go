@@ -119,6 +119,9 @@ type fetcher struct {
 	c      *Consumer
 	node   int32
 	wakeCh chan struct{}
+	// slots holds a token per fetch slot taken (maxFetchesInFlight): from before a fetch's partitions
+	// are collected until its answer is handled.
+	slots chan struct{}
 
 	mu    sync.Mutex
 	calls map[*fetchCall]struct{} // fetches in flight
@@ -189,7 +192,7 @@ func (c *Consumer) Assign(topic string, partition int32, from Offset) error {
 	c.resetLocked(p, off)
 	f := c.fetcherLocked(p.leader)
 	c.mu.Unlock()
-	f.interrupt(key)
+	f.interrupt(key, true)
 	return nil
 }
 
@@ -206,7 +209,7 @@ func (c *Consumer) Unassign(topic string, partition int32) {
 	f := c.fetchers[p.leader]
 	c.mu.Unlock()
 	if f != nil {
-		f.interrupt(p.tp)
+		f.interrupt(p.tp, false)
 	}
 }
 
@@ -224,7 +227,7 @@ func (c *Consumer) Seek(topic string, partition int32, offset int64) {
 	f := c.fetchers[p.leader]
 	c.mu.Unlock()
 	if f != nil {
-		f.interrupt(p.tp)
+		f.interrupt(p.tp, true)
 	}
 }
 
@@ -737,7 +740,7 @@ func (c *Consumer) Close() error {
 func (c *Consumer) fetcherLocked(node int32) *fetcher {
 	f := c.fetchers[node]
 	if f == nil {
-		f = &fetcher{c: c, node: node, wakeCh: make(chan struct{}, 1)}
+		f = &fetcher{c: c, node: node, wakeCh: make(chan struct{}, 1), slots: make(chan struct{}, maxFetchesInFlight)}
 		c.fetchers[node] = f
 		c.wg.Add(1)
 		go f.run()
@@ -755,10 +758,11 @@ func (f *fetcher) wake() {
 // interrupt cancels the fetches in flight that carry partition k (their answers for it would be dropped
 // anyway, after a Seek or Unassign) and wakes the fetcher, so a moved or new partition is fetched at
 // once rather than after a long poll. Fetches of other partitions go on: a group member assigned many
-// partitions one by one would otherwise throw away, for each, every answer on its way. When every slot
-// is taken, the oldest fetch (most likely a long poll of caught-up partitions) is cancelled too, to
-// free one.
-func (f *fetcher) interrupt(k tp) {
+// partitions one by one would otherwise throw away, for each, every answer on its way. When no fetch
+// carries k, k needs a slot (needSlot: not after an Unassign) and every slot is taken, the oldest fetch
+// (most likely a long poll of caught-up partitions) is cancelled instead, to free one. A fetch not yet
+// registered in calls checks for itself (fetch).
+func (f *fetcher) interrupt(k tp, needSlot bool) {
 	f.mu.Lock()
 	var oldest *fetchCall
 	hit := false
@@ -770,7 +774,7 @@ func (f *fetcher) interrupt(k tp) {
 			oldest = call
 		}
 	}
-	if !hit && oldest != nil && len(f.calls) >= maxFetchesInFlight {
+	if !hit && needSlot && oldest != nil && len(f.slots) >= cap(f.slots) {
 		oldest.interrupted = true
 		oldest.cancel()
 	}
@@ -788,7 +792,7 @@ func (f *fetcher) run() {
 	defer f.c.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	slots := make(chan struct{}, maxFetchesInFlight)
+	slots := f.slots
 	for {
 		select { // wait for a free slot before marking partitions in flight
 		case slots <- struct{}{}:
@@ -877,6 +881,24 @@ func (f *fetcher) fetch(items []fetchItem) {
 	}
 	f.calls[call] = struct{}{}
 	f.mu.Unlock()
+	// A Seek, Assign or Unassign of one of items since collectFetch that came before the registration
+	// above found no call to cancel; it changed the partition's epoch first, so it is seen here and
+	// the partition does not wait out this poll.
+	stale := false
+	c.mu.Lock()
+	for _, it := range items {
+		if c.parts[it.p.tp] != it.p || it.p.epoch != it.epoch {
+			stale = true
+			break
+		}
+	}
+	c.mu.Unlock()
+	if stale {
+		f.mu.Lock()
+		call.interrupted = true
+		f.mu.Unlock()
+		cancel()
+	}
 	reply := &fetchReply{FetchResponse: &runnelv1.FetchResponse{}}
 	cc, err := c.cl.nodeConn(f.node)
 	if err == nil {

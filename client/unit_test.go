@@ -361,10 +361,11 @@ func putCRC(b []byte) {
 
 // TestFetcherInterruptCancelsOnlyThatPartitionsFetches: a Seek, Assign or Unassign of one partition
 // cancels the fetches in flight that carry it, not the others (a group member assigned partitions
-// one by one threw away every answer on its way for each), except that with every slot taken the
-// oldest fetch is cancelled so the partition gets one.
+// one by one threw away every answer on its way for each), except that when none carries it and
+// every slot is taken the oldest fetch is cancelled so the partition gets one (not after an Unassign,
+// which needs none).
 func TestFetcherInterruptCancelsOnlyThatPartitionsFetches(t *testing.T) {
-	f := &fetcher{wakeCh: make(chan struct{}, 1)}
+	f := &fetcher{wakeCh: make(chan struct{}, 1), slots: make(chan struct{}, maxFetchesInFlight)}
 	cancelled := map[string]bool{}
 	call := func(name string, started time.Time, parts ...tp) *fetchCall {
 		return &fetchCall{parts: parts, started: started, cancel: func() { cancelled[name] = true }}
@@ -373,7 +374,9 @@ func TestFetcherInterruptCancelsOnlyThatPartitionsFetches(t *testing.T) {
 	a, b, c := tp{"t", 0}, tp{"t", 1}, tp{"t", 2}
 	ca, cb := call("a", now, a, c), call("b", now.Add(-time.Second), b)
 	f.calls = map[*fetchCall]struct{}{ca: {}, cb: {}}
-	f.interrupt(c)
+	f.slots <- struct{}{}
+	f.slots <- struct{}{}
+	f.interrupt(c, true)
 	if !cancelled["a"] || !ca.interrupted || cancelled["b"] || cb.interrupted {
 		t.Errorf("interrupt of %v with free slots: cancelled %v (a interrupted %v, b %v), want only a's fetch", c, cancelled, ca.interrupted, cb.interrupted)
 	}
@@ -381,20 +384,41 @@ func TestFetcherInterruptCancelsOnlyThatPartitionsFetches(t *testing.T) {
 		t.Errorf("interrupt did not wake the fetcher")
 	}
 
-	clear(cancelled)
-	<-f.wakeCh
-	f.calls = map[*fetchCall]struct{}{}
-	var calls []*fetchCall
-	for i := range maxFetchesInFlight {
-		cl := call(fmt.Sprint(i), now.Add(time.Duration(i)*time.Second), b)
-		calls = append(calls, cl)
-		f.calls[cl] = struct{}{}
+	// Every slot taken (one by a fetch not registered yet: the slot counts, not the calls).
+	full := func() []*fetchCall {
+		clear(cancelled)
+		select {
+		case <-f.wakeCh:
+		default:
+		}
+		f.calls = map[*fetchCall]struct{}{}
+		var calls []*fetchCall
+		for i := range maxFetchesInFlight - 1 {
+			cl := call(fmt.Sprint(i), now.Add(time.Duration(i)*time.Second), b, tp{"t", int32(10 + i)})
+			calls = append(calls, cl)
+			f.calls[cl] = struct{}{}
+		}
+		for len(f.slots) < cap(f.slots) {
+			f.slots <- struct{}{}
+		}
+		return calls
 	}
-	f.interrupt(a) // in none of them
+	calls := full()
+	f.interrupt(a, true) // in none of them
 	if len(cancelled) != 1 || !cancelled["0"] || !calls[0].interrupted {
 		t.Errorf("interrupt of %v with every slot taken by other partitions: cancelled %v, want only the oldest (0)", a, cancelled)
 	}
 	if len(f.wakeCh) != 1 {
 		t.Errorf("interrupt did not wake the fetcher")
+	}
+	full()
+	f.interrupt(tp{"t", 11}, true) // carried by fetch 1: cancelling it frees a slot
+	if len(cancelled) != 1 || !cancelled["1"] {
+		t.Errorf("interrupt of a partition one fetch carries, every slot taken: cancelled %v, want only that fetch (1)", cancelled)
+	}
+	full()
+	f.interrupt(a, false) // an Unassign: no slot needed
+	if len(cancelled) != 0 {
+		t.Errorf("interrupt after an Unassign of a partition no fetch carries: cancelled %v, want none", cancelled)
 	}
 }

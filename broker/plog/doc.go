@@ -110,8 +110,9 @@
 // Appends to all partitions go through one queue. One writer goroutine takes what is queued, assigns
 // offsets per partition in queue order by rewriting the batch headers (base offset; leader epoch and
 // log-append time are stamped by Append before queueing), and writes everything in one Badger
-// transaction. It then hands the group to a syncer goroutine that fsyncs once (db.Sync, plus any
-// value-log or WAL file Badger rotated since the last fsync) for everything written so far, while the
+// transaction. It then hands the group to a syncer goroutine that fsyncs once (every value-log and
+// memtable WAL file active at the last fsync or created since, by path; see Store.syncToDisk) for
+// everything written so far, while the
 // writer already writes the next group. With Options.Fsync the durable end (DurableEnd; unless the
 // partition is replicated, also the HW) moves only after the fsync that covers the data, so a consumer
 // never sees a record that a crash could take back; acks=1 appends return once written and acks=all

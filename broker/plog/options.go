@@ -133,7 +133,7 @@ func (o Options) validate() error {
 func (o Options) badgerOptions() badger.Options {
 	return badger.DefaultOptions(o.Dir).
 		WithValueThreshold(valueThreshold).
-		// We fsync ourselves, once per group of transactions (db.Sync in the syncer goroutine): Badger's
+		// We fsync ourselves, once per group of transactions (Store.syncToDisk in the syncer goroutine): Badger's
 		// SyncWrites would fsync once per Badger write batch, on the writer's critical path.
 		WithSyncWrites(false).
 		WithMemTableSize(o.MemTableSize).

@@ -832,10 +832,10 @@ func TestFsyncAcrossRotation(t *testing.T) {
 	}
 }
 
-// TestSyncCoversActiveLogFiles: the sync that acknowledges an fsynced append covers the value-log and
-// memtable WAL files that are active when it runs, the ones that were active at the sync before (which
-// may hold writes since, and which Badger never syncs when it rotates), and the directory when files
-// were created. The syncer syncs them by path, without Badger's db.Sync and its lock.
+// TestSyncCoversActiveLogFiles: the sync that acknowledges an fsynced append covers every value-log and
+// memtable WAL file active at the sync before (it may hold writes since; Badger never syncs a memtable
+// WAL when it starts the next) or created since, and the directory when files were created. The
+// syncer syncs them by path, without Badger's db.Sync and its lock.
 func TestSyncCoversActiveLogFiles(t *testing.T) {
 	var mu sync.Mutex
 	var synced []string
@@ -850,38 +850,62 @@ func TestSyncCoversActiveLogFiles(t *testing.T) {
 	o.MemTableSize = 1 << 20
 	s := openStore(t, o)
 	p := mustPartition(t, s, pid)
-	active := func() (vlog, mem badgerLogFile) {
+	list := func() []badgerLogFile {
 		files, err := badgerLogFiles(o.Dir)
 		if err != nil {
 			t.Fatal(err)
 		}
+		return files
+	}
+	active := func(files []badgerLogFile) (vlog, mem uint64) {
 		for _, f := range files {
-			if f.vlog && f.fid >= vlog.fid {
-				vlog = f
-			} else if !f.vlog && f.fid >= mem.fid {
-				mem = f
+			if f.vlog {
+				vlog = max(vlog, f.fid)
+			} else {
+				mem = max(mem, f.fid)
 			}
 		}
 		return vlog, mem
 	}
-	prevVlog, prevMem := active()
-	rotations := 0
+	prevVlog, prevMem := active(list())
+	vlogRotations, memRotations := 0, 0
 	for i := range 60 {
+		if i%5 == 4 {
+			// Small entries stay in the LSM tree, so they fill the memtable and its WAL: Badger starts
+			// new WALs between the fsynced appends, as the index entries of many small batches would.
+			wb := s.DB().NewWriteBatch()
+			for j := range 5000 {
+				if err := wb.Set(fmt.Appendf(nil, "m/test/%d/%d", i, j), []byte("small value, in the memtable WAL")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := wb.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		mu.Lock()
 		synced = nil
 		mu.Unlock()
 		mustAppend(t, p, sizedBatch(t, 100_000, int64(i)), syncAppend) // answered after its sync
-		vlog, mem := active()
+		files := list()
+		vlog, mem := active(files)
 		mu.Lock()
 		got := slices.Clone(synced)
 		mu.Unlock()
-		want := []string{filepath.Join(o.Dir, vlog.name), filepath.Join(o.Dir, prevVlog.name), filepath.Join(o.Dir, mem.name)}
-		if _, err := os.Stat(filepath.Join(o.Dir, prevMem.name)); err == nil {
-			want = append(want, filepath.Join(o.Dir, prevMem.name)) // not flushed to a table and deleted
+		var want []string
+		for _, f := range files {
+			if (f.vlog && f.fid >= prevVlog) || (!f.vlog && f.fid >= prevMem) {
+				want = append(want, filepath.Join(o.Dir, f.name))
+			}
 		}
 		if vlog != prevVlog || mem != prevMem {
-			rotations++
 			want = append(want, o.Dir)
+		}
+		if vlog != prevVlog {
+			vlogRotations++
+		}
+		if mem != prevMem {
+			memRotations++
 		}
 		for _, w := range want {
 			if !slices.Contains(got, w) {
@@ -890,8 +914,8 @@ func TestSyncCoversActiveLogFiles(t *testing.T) {
 		}
 		prevVlog, prevMem = vlog, mem
 	}
-	if rotations < 3 {
-		t.Fatalf("%d rotations in 6 MB written into 1 MiB files: the test did not cross any", rotations)
+	if vlogRotations < 3 || memRotations < 2 {
+		t.Fatalf("%d value-log and %d memtable WAL rotations: the test crossed too few", vlogRotations, memRotations)
 	}
 }
 

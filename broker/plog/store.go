@@ -869,17 +869,24 @@ func (s *Store) syncGroups(groups []*group) {
 }
 
 // syncToDisk fsyncs everything written so far: every value-log and memtable WAL file that was active
-// at the last sync or created since (Badger writes both through shared memory maps, and an fdatasync
-// of the file writes back the map's dirty pages as the msync of Badger's own Sync would), and the
-// directory when files were created. A file that is gone was a memtable WAL that Badger flushed to a
-// table (which Badger syncs) and deleted.
+// at the last sync or created since, and the directory when files were created. Badger writes both
+// kinds of file through shared memory maps; on Linux an fdatasync of the file writes back the map's
+// dirty pages, as the msync of Badger's own Sync would (msync(MS_SYNC) is an fdatasync of the
+// range). A file that is gone was a memtable WAL that Badger flushed to a table (which Badger syncs)
+// and deleted, or a value-log file that value-log GC rewrote and deleted.
 //
-// It does not call db.Sync: that holds the DB's lock for reading while it msyncs the memtable WAL, and
-// every write batch takes that lock for writing (ensureRoomForWrite), so each write, acks=1 and
-// --no-fsync appends included, waited for the disk's cache flush of the sync in progress, 5-45 ms on
-// this machine (docs/performance.md). Syncing the files by path takes no lock of Badger's.
+// On Linux it does not call db.Sync: that holds the DB's lock for reading while it msyncs the memtable
+// WAL, and every write batch takes that lock for writing (ensureRoomForWrite), so on an fsyncing node
+// each write, acks=1 appends included, waited for the disk's cache flush of the sync in progress,
+// 5-45 ms on this machine (docs/performance.md). Syncing the files by path takes no lock of Badger's.
+// Elsewhere, where POSIX does not promise that fsync covers a shared mapping, db.Sync runs first.
 // TestSyncCoversActiveLogFiles holds which files it covers.
 func (s *Store) syncToDisk() error {
+	if !fsyncCoversMmap {
+		if err := s.db.Sync(); err != nil {
+			return err
+		}
+	}
 	files, err := badgerLogFiles(s.opts.Dir)
 	if err != nil {
 		return err
@@ -916,8 +923,7 @@ func (s *Store) syncToDisk() error {
 }
 
 // syncPath fdatasyncs a file by name, or fsyncs a directory (dir) for its entries; testHookSyncPath,
-// when set, sees each path first. A file that is gone was a memtable WAL that Badger flushed to a table (which Badger syncs)
-// and deleted, so there is nothing left to sync.
+// when set, sees each path first. A file that is gone has nothing left to sync (see syncToDisk).
 func syncPath(path string, dir bool) error {
 	if testHookSyncPath != nil {
 		testHookSyncPath(path)
