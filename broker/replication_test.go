@@ -308,6 +308,18 @@ func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 	}
 }
 
+// waitResult waits for an outcome on ch with a deadline and returns it.
+func waitResult(t *testing.T, what string, ch <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(15 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		return nil
+	}
+}
+
 // TestStaleFetchAnswerAfterLeaderChange is the CI failure of TestReplicationSurvivesLeaderKills where
 // a replica's log held the same records as the others' below the HW but one batch carried another
 // partition leader epoch. Leader A at epoch 0 writes batch X (an idempotent producer's) and answers the
@@ -357,13 +369,8 @@ func TestStaleFetchAnswerAfterLeaderChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, "C follows B at epoch 1", following(cc, b, 1))
-	select {
-	case err := <-firstTry:
-		if err == nil {
-			t.Fatal("X was acknowledged by A, which never had the ISR's copy")
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the first attempt of X did not fail when A lost the leadership")
+	if err := waitResult(t, "the first attempt of X to fail when A lost the leadership", firstTry); err == nil {
+		t.Fatal("X was acknowledged by A, which never had the ISR's copy")
 	}
 
 	// C's next answer from B waits, so C fetches again only once B has the retry of X.
@@ -390,13 +397,8 @@ func TestStaleFetchAnswerAfterLeaderChange(t *testing.T) {
 		return nil
 	})
 	fromB.open()
-	select {
-	case err := <-retry:
-		if err != nil {
-			t.Fatalf("retry of X on B: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the retry of X on B was not acknowledged")
+	if err := waitResult(t, "the retry of X on B to be acknowledged", retry); err != nil {
+		t.Fatalf("retry of X on B: %v", err)
 	}
 
 	rc := c.replicaOn(cc, topic)
@@ -458,13 +460,8 @@ func TestISRExpansionWaitsForLeaderEpochStart(t *testing.T) {
 	waitClosed(t, "B's answer carrying the second batch", toB.entered)
 	gates.hold(b, a, false)
 	toB.open()
-	select {
-	case err := <-acked:
-		if err != nil {
-			t.Fatalf("second batch: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the second batch was not acknowledged")
+	if err := waitResult(t, "the second batch to be acknowledged", acked); err != nil {
+		t.Fatalf("second batch: %v", err)
 	}
 	rb := c.replicaOn(b, topic)
 	if hw := rb.log.HighWatermark(); hw != 10 {
@@ -693,13 +690,8 @@ func TestPendingISRExpansionSettledByCheckISR(t *testing.T) {
 	}
 
 	// C stays stopped: the leader's own proposal settles the expansion and the write is acknowledged.
-	select {
-	case err := <-acked:
-		if err != nil {
-			t.Fatalf("second batch: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the second batch was not acknowledged: the pending expansion holds the HW")
+	if err := waitResult(t, "the second batch to be acknowledged (the pending expansion holds the HW)", acked); err != nil {
+		t.Fatalf("second batch: %v", err)
 	}
 	ra.mu.Lock()
 	defer ra.mu.Unlock()

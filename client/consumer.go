@@ -130,8 +130,8 @@ type fetcher struct {
 // fetchCall is one fetch in flight, cancellable by interrupt.
 type fetchCall struct {
 	cancel      context.CancelFunc
-	parts       []tp      // the partitions it fetches
-	started     time.Time // when it was sent
+	items       []fetchItem // the partitions it fetches
+	started     time.Time   // when it was sent
 	interrupted bool
 }
 
@@ -767,7 +767,7 @@ func (f *fetcher) interrupt(k tp, needSlot bool) {
 	var oldest *fetchCall
 	hit := false
 	for call := range f.calls {
-		if slices.Contains(call.parts, k) {
+		if slices.ContainsFunc(call.items, func(it fetchItem) bool { return it.p.tp == k }) {
 			call.interrupted, hit = true, true
 			call.cancel()
 		} else if oldest == nil || call.started.Before(oldest.started) {
@@ -871,10 +871,7 @@ func (f *fetcher) fetch(items []fetchItem) {
 		req.Partitions = append(req.Partitions, fp)
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, cfg.fetchMaxWait+cfg.common.requestTimeout)
-	call := &fetchCall{cancel: cancel, started: time.Now()}
-	for _, it := range items {
-		call.parts = append(call.parts, it.p.tp)
-	}
+	call := &fetchCall{cancel: cancel, items: items, started: time.Now()}
 	f.mu.Lock()
 	if f.calls == nil {
 		f.calls = map[*fetchCall]struct{}{}

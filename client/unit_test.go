@@ -368,7 +368,11 @@ func TestFetcherInterruptCancelsOnlyThatPartitionsFetches(t *testing.T) {
 	f := &fetcher{wakeCh: make(chan struct{}, 1), slots: make(chan struct{}, maxFetchesInFlight)}
 	cancelled := map[string]bool{}
 	call := func(name string, started time.Time, parts ...tp) *fetchCall {
-		return &fetchCall{parts: parts, started: started, cancel: func() { cancelled[name] = true }}
+		fc := &fetchCall{started: started, cancel: func() { cancelled[name] = true }}
+		for _, k := range parts {
+			fc.items = append(fc.items, fetchItem{p: &cpart{tp: k}})
+		}
+		return fc
 	}
 	now := time.Now()
 	a, b, c := tp{"t", 0}, tp{"t", 1}, tp{"t", 2}
