@@ -50,6 +50,7 @@ func main() {
 	var o options
 	reportOnly := flag.String("report-only", "", "only render the report from this results.json")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this harness process (its clients, not the servers) to this file")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of this harness process (its clients, not the servers) to this file at the end (go tool pprof -sample_index=alloc_space)")
 	flag.StringVar(&o.out, "out", "bench/out", "directory for the report, charts, results.json and the servers' data (-report-only writes next to its results.json instead)")
 	flag.StringVar(&o.runnelBin, "runnel", "bin/runnel", "the runnel binary (make build)")
 	flag.StringVar(&o.runnelVersion, "runnel-version", "", "how to name the runnel build in the report (default: the binary's path)")
@@ -124,6 +125,27 @@ func main() {
 		pprof.StopCPUProfile()
 		fatal(err)
 	}
+	if *memProfile != "" {
+		if err := writeAllocProfile(*memProfile); err != nil {
+			fatal(fmt.Errorf("allocation profile: %w", err))
+		}
+	}
+}
+
+// writeAllocProfile writes the allocations of the whole run (the allocs profile, every allocation
+// since the start, sampled by the runtime) to path. It collects garbage first: the profile counts what
+// was allocated up to the last completed collection.
+func writeAllocProfile(path string) error {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func fatal(err error) {

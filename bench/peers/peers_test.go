@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +212,34 @@ func TestSDKDefaults(t *testing.T) {
 			t.Errorf("sdkDefaults(%+v) = %q, want %q", tc.d, got, tc.want)
 		}
 	}
+}
+
+// TestWriteAllocProfile checks that -memprofile's writer leaves a pprof profile (gzip-compressed
+// protobuf) with at least one sample of an allocation made here.
+func TestWriteAllocProfile(t *testing.T) {
+	keep := make([][]byte, 0, 64)
+	for range 64 {
+		keep = append(keep, make([]byte, 1<<20)) // above the runtime's sampling rate (512 KiB) many times over
+	}
+	path := filepath.Join(t.TempDir(), "allocs.pprof")
+	if err := writeAllocProfile(path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("the profile is not gzip-compressed, as pprof writes it: %v", err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte("TestWriteAllocProfile")) {
+		t.Errorf("the profile (%d bytes) names no allocation of this test", len(b))
+	}
+	runtime.KeepAlive(keep)
 }
