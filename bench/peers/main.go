@@ -50,7 +50,7 @@ func main() {
 	var o options
 	reportOnly := flag.String("report-only", "", "only render the report from this results.json")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this harness process (its clients, not the servers) to this file")
-	memProfile := flag.String("memprofile", "", "write an allocation profile of this harness process (its clients, not the servers) to this file at the end (go tool pprof -sample_index=alloc_space)")
+	memProfile := flag.String("memprofile", "", "write an allocation profile of this harness process (its clients, not the servers) to this file at the end: every allocation of the run")
 	flag.StringVar(&o.out, "out", "bench/out", "directory for the report, charts, results.json and the servers' data (-report-only writes next to its results.json instead)")
 	flag.StringVar(&o.runnelBin, "runnel", "bin/runnel", "the runnel binary (make build)")
 	flag.StringVar(&o.runnelVersion, "runnel-version", "", "how to name the runnel build in the report (default: the binary's path)")
@@ -126,6 +126,9 @@ func main() {
 		fatal(err)
 	}
 	if *memProfile != "" {
+		// The CPU profile stops first: the collection and the writing below are not the run's, and
+		// fatal's os.Exit would skip the deferred stop.
+		pprof.StopCPUProfile()
 		if err := writeAllocProfile(*memProfile); err != nil {
 			fatal(fmt.Errorf("allocation profile: %w", err))
 		}

@@ -215,16 +215,18 @@ func TestSDKDefaults(t *testing.T) {
 }
 
 // TestWriteAllocProfile checks that -memprofile's writer leaves a pprof profile (gzip-compressed
-// protobuf) with at least one sample of an allocation made here.
+// protobuf) that holds an allocation made just before it was written.
 func TestWriteAllocProfile(t *testing.T) {
-	keep := make([][]byte, 0, 64)
-	for range 64 {
-		keep = append(keep, make([]byte, 1<<20)) // above the runtime's sampling rate (512 KiB) many times over
-	}
 	path := filepath.Join(t.TempDir(), "allocs.pprof")
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = 1 // every allocation sampled
+	defer func() { runtime.MemProfileRate = rate }()
+	runtime.GC()
+	kept := allocForProfileTest()
 	if err := writeAllocProfile(path); err != nil {
 		t.Fatal(err)
 	}
+	runtime.KeepAlive(kept)
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -238,8 +240,12 @@ func TestWriteAllocProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(b, []byte("TestWriteAllocProfile")) {
-		t.Errorf("the profile (%d bytes) names no allocation of this test", len(b))
+	if !bytes.Contains(b, []byte("allocForProfileTest")) {
+		t.Errorf("the profile (%d bytes) does not hold the allocation made just before it was written", len(b))
 	}
-	runtime.KeepAlive(keep)
 }
+
+// allocForProfileTest makes one allocation that TestWriteAllocProfile looks for by this function's name.
+//
+//go:noinline
+func allocForProfileTest() []byte { return make([]byte, 4096) }
