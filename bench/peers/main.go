@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/runnel-io/runnel/bench/internal/ceiling"
+	"github.com/runnel-io/runnel/bench/profile"
 	"github.com/runnel-io/runnel/bench/report"
 	"github.com/runnel-io/runnel/client"
 )
@@ -111,44 +111,20 @@ func main() {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err == nil {
-			err = pprof.StartCPUProfile(f)
-		}
-		if err != nil {
-			fatal(fmt.Errorf("cpu profile: %w", err))
-		}
-		defer pprof.StopCPUProfile()
-	}
-	if err := run(ctx, o); err != nil {
-		pprof.StopCPUProfile()
+	stopCPU, err := profile.StartCPU(*cpuProfile)
+	if err != nil {
 		fatal(err)
 	}
-	if *memProfile != "" {
-		// The CPU profile stops first: the collection and the writing below are not the run's, and
-		// fatal's os.Exit would skip the deferred stop.
-		pprof.StopCPUProfile()
-		if err := writeAllocProfile(*memProfile); err != nil {
-			fatal(fmt.Errorf("allocation profile: %w", err))
-		}
+	if err := run(ctx, o); err != nil {
+		stopCPU()
+		fatal(err)
 	}
-}
-
-// writeAllocProfile writes the allocations of the whole run (the allocs profile, every allocation
-// since the start, sampled by the runtime) to path. It collects garbage first: the profile counts what
-// was allocated up to the last completed collection.
-func writeAllocProfile(path string) error {
-	runtime.GC()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+	// The CPU profile stops before the allocation profile's collection and writing, which are not the
+	// run's.
+	stopCPU()
+	if err := profile.WriteAllocs(*memProfile); err != nil {
+		fatal(err)
 	}
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func fatal(err error) {

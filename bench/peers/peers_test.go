@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/binary"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -213,39 +209,3 @@ func TestSDKDefaults(t *testing.T) {
 		}
 	}
 }
-
-// TestWriteAllocProfile checks that -memprofile's writer leaves a pprof profile (gzip-compressed
-// protobuf) that holds an allocation made just before it was written.
-func TestWriteAllocProfile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "allocs.pprof")
-	rate := runtime.MemProfileRate
-	runtime.MemProfileRate = 1 // every allocation sampled
-	defer func() { runtime.MemProfileRate = rate }()
-	runtime.GC()
-	kept := allocForProfileTest()
-	if err := writeAllocProfile(path); err != nil {
-		t.Fatal(err)
-	}
-	runtime.KeepAlive(kept)
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("the profile is not gzip-compressed, as pprof writes it: %v", err)
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Contains(b, []byte("allocForProfileTest")) {
-		t.Errorf("the profile (%d bytes) does not hold the allocation made just before it was written", len(b))
-	}
-}
-
-// allocForProfileTest makes one allocation that TestWriteAllocProfile looks for by this function's name.
-//
-//go:noinline
-func allocForProfileTest() []byte { return make([]byte, 4096) }

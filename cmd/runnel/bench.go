@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"runtime/pprof"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/dustin/go-humanize"
 	"github.com/runnel-io/runnel/api/rerr"
+	"github.com/runnel-io/runnel/bench/profile"
 	"github.com/runnel-io/runnel/client"
 	"github.com/runnel-io/runnel/client/recordpool"
 	"github.com/spf13/cobra"
@@ -142,39 +141,6 @@ func (r *benchResult) print(w io.Writer, output string) error {
 	return tw.Flush()
 }
 
-// startCPUProfile starts profiling into path (if set); the returned func stops it.
-func startCPUProfile(path string) (func(), error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
-}
-
-// writeHeapProfile writes the allocation profile (go tool pprof -sample_index=alloc_space) into path, if
-// set.
-func writeHeapProfile(path string) error {
-	if path == "" {
-		return nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-		f.Close()
-		return fmt.Errorf("write allocation profile: %w", err)
-	}
-	return f.Close()
-}
-
 // ensureTopic creates topic with partitions unless it exists, and returns its partition numbers.
 func ensureTopic(ctx context.Context, adm *client.Admin, topic string, partitions int32) ([]int32, error) {
 	if _, err := adm.CreateTopic(ctx, topic, partitions, -1, nil); err != nil && !errors.Is(err, rerr.ErrTopicAlreadyExists) {
@@ -274,7 +240,7 @@ records/s with a run without --transactional (idempotent, the default) to see wh
 			if bf.count == 0 && duration == 0 {
 				duration = 10 * time.Second
 			}
-			stopProf, err := startCPUProfile(bf.cpuProfile)
+			stopProf, err := profile.StartCPU(bf.cpuProfile)
 			if err != nil {
 				return err
 			}
@@ -288,7 +254,7 @@ records/s with a run without --transactional (idempotent, the default) to see wh
 			if err != nil {
 				return err
 			}
-			if err := writeHeapProfile(bf.memProfile); err != nil {
+			if err := profile.WriteAllocs(bf.memProfile); err != nil {
 				return err
 			}
 			res.fill(st.acked.Load(), st.ackedBytes.Load(), elapsed, h)
@@ -613,7 +579,7 @@ bench-<time> is used, so every run reads everything.`,
 					return fmt.Errorf("assign %s/%d: %w", bf.topic, p, err)
 				}
 			}
-			stopProf, err := startCPUProfile(bf.cpuProfile)
+			stopProf, err := profile.StartCPU(bf.cpuProfile)
 			if err != nil {
 				return err
 			}
@@ -710,7 +676,7 @@ func benchConsumeGroup(cmd *cobra.Command, a *app, bf *benchFlags, group string,
 			return fmt.Errorf("group %q has nothing left to read in topic %q: run 'runnel bench produce --topic %s' first, or use a new --group", group, bf.topic, bf.topic)
 		}
 	}
-	stopProf, err := startCPUProfile(bf.cpuProfile)
+	stopProf, err := profile.StartCPU(bf.cpuProfile)
 	if err != nil {
 		return err
 	}
