@@ -7,8 +7,9 @@
 // origin airports of the real flight data, so the hot-key skew is real); a consume-from-backlog run;
 // and a latency run paced at half of each system's measured maximum, with coordinated omission
 // corrected. The machine's ceilings (disk write with fdatasync, a bare gRPC stream) are measured in the
-// same run. Every run gets a freshly started server (one at a time, on 127.0.0.1, with an empty data
-// directory under -out), which is stopped by PID and its data removed afterwards.
+// same run, before the first system and after the last; the ratios use the higher. Every run gets a
+// freshly started server (one at a time, on 127.0.0.1, with an empty data directory under -out), which
+// is stopped by PID and its data removed afterwards.
 //
 // Usage: go run ./bench/peers [-full] [-runnel bin/runnel] [-out bench/out] ... (scripts/bench-compare.sh)
 //
@@ -293,21 +294,8 @@ func run(ctx context.Context, o options) error {
 	}
 	src := newSource(keys)
 
-	logf("measuring the machine's ceilings (%v each)", o.ceilingDur)
-	for _, sync := range []bool{true, false} {
-		c, err := ceiling.DiskWrite(work, 1<<20, o.ceilingDur, sync)
-		if err != nil {
-			return fmt.Errorf("disk ceiling: %w", err)
-		}
-		res.Ceilings = append(res.Ceilings, report.Ceiling{Name: c.Name, MBPerSec: c.MBPerSec, Note: strings.ReplaceAll(c.Note, work, "the data directory")})
-	}
-	c, err := ceiling.GRPCStream(1<<20, o.ceilingDur)
-	if err != nil {
-		return fmt.Errorf("grpc ceiling: %w", err)
-	}
-	res.Ceilings = append(res.Ceilings, report.Ceiling{Name: c.Name, MBPerSec: c.MBPerSec, Note: c.Note})
-	for _, c := range res.Ceilings {
-		logf("  %-28s %8.1f MB/s", c.Name, c.MBPerSec)
+	if err := measureCeilings(res, work, o.ceilingDur, "start"); err != nil {
+		return err
 	}
 
 	families := map[string]bool{}
@@ -421,10 +409,15 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}
+	if ctx.Err() == nil {
+		if err := measureCeilings(res, work, o.ceilingDur, "end"); err != nil {
+			return err
+		}
+	}
 	res.Finished = time.Now()
 	res.Machine.LoadAvgEnd = loadAvg()
 	if ctx.Err() != nil {
-		res.Notes = append(res.Notes, "the run was interrupted: some runs are missing")
+		res.Notes = append(res.Notes, "the run was interrupted: some runs are missing, and the ceilings were measured only at its start")
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("harness: Go %s, GOMAXPROCS %d; produce runs: %v warm-up then %v measured; latency runs: %v warm-up then %v measured; consume backlog %d records, read %d times (the median pass reported)",
 		runtime.Version(), runtime.GOMAXPROCS(0), o.t.warmup, o.t.measure, o.t.warmup, o.t.latency, o.t.backlog, o.t.passes))
@@ -435,6 +428,28 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	logf("wrote %s", filepath.Join(o.out, "report.md"))
+	return nil
+}
+
+// measureCeilings measures the machine's ceilings (the disk with and without an fdatasync per MiB, the
+// bare gRPC stream), dur each, and adds them to res (Results.AddCeiling keeps the higher of a
+// ceiling's measurements); when names the moment for the log ("start", "end").
+func measureCeilings(res *report.Results, work string, dur time.Duration, when string) error {
+	logf("measuring the machine's ceilings at the %s (%v each)", when, dur)
+	for _, sync := range []bool{true, false} {
+		c, err := ceiling.DiskWrite(work, 1<<20, dur, sync)
+		if err != nil {
+			return fmt.Errorf("disk ceiling at the %s: %w", when, err)
+		}
+		res.AddCeiling(c.Name, c.MBPerSec, strings.ReplaceAll(c.Note, work, "the data directory"))
+		logf("  %-28s %8.1f MB/s", c.Name, c.MBPerSec)
+	}
+	c, err := ceiling.GRPCStream(1<<20, dur)
+	if err != nil {
+		return fmt.Errorf("grpc ceiling at the %s: %w", when, err)
+	}
+	res.AddCeiling(c.Name, c.MBPerSec, c.Note)
+	logf("  %-28s %8.1f MB/s", c.Name, c.MBPerSec)
 	return nil
 }
 

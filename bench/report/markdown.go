@@ -54,9 +54,10 @@ func Markdown(w io.Writer, r *Results, charts []string) error {
 		"written to the OS (survives a process crash; the newest writes can be lost in a machine crash). Ratios marked " +
 		"*matching* compare systems of the same class.\n\n")
 
-	p("## Ceilings (same run)\n\n| ceiling | MB/s | how |\n|---|---:|---|\n")
+	p("## Ceilings (same run)\n\nEach ceiling is measured when the run starts and again when it ends; the ratios use the higher.\n\n" +
+		"| ceiling | MB/s | measured | how |\n|---|---:|---|---|\n")
 	for _, c := range r.Ceilings {
-		p("| %s | %.1f | %s |\n", c.Name, c.MBPerSec, esc(c.Note))
+		p("| %s | %.1f | %s | %s |\n", c.Name, c.MBPerSec, measured(c.Measured), esc(c.Note))
 	}
 	p("\n")
 
@@ -455,4 +456,26 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// measured lists a ceiling's measurements (MB/s) as "at the start, at the end"; "—" for none (results
+// saved before the harness measured twice).
+func measured(ms []float64) string {
+	if len(ms) == 0 {
+		return "—"
+	}
+	when := func(i int) string {
+		switch {
+		case i == 0:
+			return "at the start"
+		case i == len(ms)-1:
+			return "at the end"
+		}
+		return fmt.Sprintf("#%d", i+1)
+	}
+	parts := make([]string, len(ms))
+	for i, m := range ms {
+		parts[i] = fmt.Sprintf("%.1f %s", m, when(i))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -247,5 +248,57 @@ func TestNum(t *testing.T) {
 		if got := num(v); got != want {
 			t.Errorf("num(%v) = %q, want %q", v, got, want)
 		}
+	}
+}
+
+// TestAddCeilingKeepsTheHigher holds the rule the bytes/s target rests on: a ceiling measured twice is
+// the higher of its measurements, whichever came first, and the report lists both.
+func TestAddCeilingKeepsTheHigher(t *testing.T) {
+	for _, order := range [][2]float64{{500, 1000}, {1000, 500}} {
+		r := synthetic()
+		r.Ceilings = nil
+		r.AddCeiling("grpc bare stream (loopback)", order[0], "first note")
+		r.AddCeiling("disk sequential write", 2000, "disk")
+		r.AddCeiling("grpc bare stream (loopback)", order[1], "second note")
+		c, ok := r.Ceiling("grpc")
+		if !ok || c.MBPerSec != 1000 || c.Note != "first note" || len(c.Measured) != 2 || c.Measured[0] != order[0] || c.Measured[1] != order[1] {
+			t.Fatalf("measured %v: ceiling %+v, want 1000 MB/s from both measurements in order, with the first note", order, c)
+		}
+		if len(r.Ceilings) != 2 {
+			t.Fatalf("measured %v: %d ceilings, want 2: %+v", order, len(r.Ceilings), r.Ceilings)
+		}
+		// Runnel's fsync run carries 120 MB/s (synthetic): 12 % of the higher ceiling, not 24 % of the lower.
+		found := false
+		for _, tg := range Targets(r) {
+			if tg.Name == "produce bytes/s vs bare gRPC stream ceiling" && tg.Workload == "produce 100B 1prod 12part no keys" {
+				found = true
+				if d := tg.Ratio - 0.12; d > 1e-9 || d < -1e-9 {
+					t.Errorf("measured %v: bytes ratio %.4f, want 0.12 (against 1000 MB/s)", order, tg.Ratio)
+				}
+			}
+		}
+		if !found {
+			t.Fatalf("measured %v: no bytes/s target", order)
+		}
+		var b bytes.Buffer
+		if err := Markdown(&b, r, nil); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("| grpc bare stream (loopback) | 1000.0 | %.1f at the start, %.1f at the end | first note |", order[0], order[1])
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// TestCeilingFromOlderResults: results saved before the ceilings were measured twice have no list of
+// measurements; the report shows a dash for it.
+func TestCeilingFromOlderResults(t *testing.T) {
+	var b bytes.Buffer
+	if err := Markdown(&b, synthetic(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| grpc bare stream (loopback) | 1000.0 | — | 1 MiB requests |"; !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks %q", want)
 	}
 }

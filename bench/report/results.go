@@ -62,11 +62,32 @@ type System struct {
 // IsRunnel reports whether s is one of Runnel's configurations.
 func (s System) IsRunnel() bool { return s.Family == "runnel" }
 
-// Ceiling is one of the machine's ceilings, measured in the same run.
+// Ceiling is one of the machine's ceilings, measured in the same run: the harness measures each at
+// the run's start and again at its end, and MBPerSec is the higher of the two, so every share of a
+// ceiling is the stricter one. (On a freshly booted virtual machine, whose memory the host has taken
+// back, the first seconds of a run measured the bare gRPC stream at under half of what it carried an
+// hour later, which would have flattered every system's share of it.)
 type Ceiling struct {
 	Name     string  `json:"name"`
-	MBPerSec float64 `json:"mb_per_s"`
-	Note     string  `json:"note"`
+	MBPerSec float64 `json:"mb_per_s"` // the highest of Measured, MB (10^6 bytes) per second
+	// Measured is every measurement in the order taken, MB/s; empty in results saved before the
+	// harness measured twice, whose MBPerSec is their one measurement.
+	Measured []float64 `json:"measured,omitempty"`
+	Note     string    `json:"note"`
+}
+
+// AddCeiling records a measurement of the ceiling called name (MB/s): a new ceiling with note if
+// there is none of that name yet, else one more measurement of it, which raises its MBPerSec if
+// higher. note is kept from the first measurement.
+func (r *Results) AddCeiling(name string, mbPerSec float64, note string) {
+	for i := range r.Ceilings {
+		if c := &r.Ceilings[i]; c.Name == name {
+			c.Measured = append(c.Measured, mbPerSec)
+			c.MBPerSec = max(c.MBPerSec, mbPerSec)
+			return
+		}
+	}
+	r.Ceilings = append(r.Ceilings, Ceiling{Name: name, MBPerSec: mbPerSec, Measured: []float64{mbPerSec}, Note: note})
 }
 
 // Kinds of runs.
