@@ -15,10 +15,6 @@ type AckFunc func(intended time.Time, bytes int, err error)
 // key and value are valid only during the call (the Runnel driver reads with PollFunc, which reuses them).
 type RecordFunc func(key, value []byte)
 
-// CountFunc is told that a consumer read n more records with bytes of keys and values in all. It may
-// run on several goroutines at once.
-type CountFunc func(n, bytes int64)
-
 // Driver is one system under test as the harness sees it, through that system's own Go client. A
 // "topic" with n partitions is a Runnel topic, n JetStream streams, or n Redis streams.
 type Driver interface {
@@ -46,14 +42,6 @@ type Producer interface {
 type Consumer interface {
 	// Run calls fn for every record read, until ctx ends or a fatal error.
 	Run(ctx context.Context, fn RecordFunc) error
-	// Count reads as Run does but only tells fn how many records and bytes it read, once per batch of
-	// records its client hands over (a poll, a read's reply) or once per record for a client that
-	// hands them over one at a time. Every record is still visited (its key's and value's lengths
-	// are summed). The consume runs read with it: fn's count is shared by every goroutine of the
-	// consumer, so it takes a locked instruction (an atomic add), and at Runnel's consume rate one
-	// per record was a quarter of its polling goroutine's CPU (performance.md, "The harness's
-	// count of consumed records").
-	Count(ctx context.Context, fn CountFunc) error
 	Close() error
 }
 

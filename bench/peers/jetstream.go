@@ -276,9 +276,4 @@ func (c *jsConsumer) Run(ctx context.Context, fn RecordFunc) error {
 	return nil
 }
 
-// Count tells fn of every message as it arrives: nats.go's Consume hands messages over one at a time.
-func (c *jsConsumer) Count(ctx context.Context, fn CountFunc) error {
-	return c.Run(ctx, func(key, value []byte) { fn(1, int64(len(key)+len(value))) })
-}
-
 func (c *jsConsumer) Close() error { c.nc.Close(); return nil }

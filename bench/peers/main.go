@@ -409,15 +409,25 @@ func run(ctx context.Context, o options) error {
 			}
 		}
 	}
+	// A failed measurement at the end costs only itself: the runs are saved with the ceilings of the
+	// start, and a note says so.
+	endCeilings := false
 	if ctx.Err() == nil {
 		if err := measureCeilings(res, work, o.ceilingDur, "end"); err != nil {
-			return err
+			res.Notes = append(res.Notes, fmt.Sprintf("the ceilings could not be measured again at the end (%v): the ratios use those of the start", err))
+			logf("  %v", err)
+		} else {
+			endCeilings = true
 		}
 	}
 	res.Finished = time.Now()
 	res.Machine.LoadAvgEnd = loadAvg()
 	if ctx.Err() != nil {
-		res.Notes = append(res.Notes, "the run was interrupted: some runs are missing, and the ceilings were measured only at its start")
+		note := "the run was interrupted: some runs are missing"
+		if !endCeilings {
+			note += ", and the ceilings were measured only at its start"
+		}
+		res.Notes = append(res.Notes, note)
 	}
 	res.Notes = append(res.Notes, fmt.Sprintf("harness: Go %s, GOMAXPROCS %d; produce runs: %v warm-up then %v measured; latency runs: %v warm-up then %v measured; consume backlog %d records, read %d times (the median pass reported)",
 		runtime.Version(), runtime.GOMAXPROCS(0), o.t.warmup, o.t.measure, o.t.warmup, o.t.latency, o.t.backlog, o.t.passes))

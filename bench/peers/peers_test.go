@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -209,57 +208,4 @@ func TestSDKDefaults(t *testing.T) {
 			t.Errorf("sdkDefaults(%+v) = %q, want %q", tc.d, got, tc.want)
 		}
 	}
-}
-
-// TestPassCount: a consume pass ends with the call whose records reach the backlog, whether it
-// carries one record or a poll's batch that goes past it, and however many goroutines count at once;
-// calls after it change the totals but not the end.
-func TestPassCount(t *testing.T) {
-	t.Run("batches", func(t *testing.T) {
-		c := newPassCount(10)
-		c.add(4, 400)
-		c.add(4, 400)
-		select {
-		case <-c.done:
-			t.Fatal("done after 8 of 10 records")
-		default:
-		}
-		c.add(5, 500) // a batch past the backlog: 13 of 10
-		select {
-		case <-c.done:
-		default:
-			t.Fatal("not done after 13 of 10 records")
-		}
-		end := c.end
-		if end.IsZero() {
-			t.Fatal("done without an end time")
-		}
-		c.add(1, 100) // must not close done again (that would panic) nor move the end
-		if c.end != end || c.n.Load() != 14 || c.bytes.Load() != 1400 {
-			t.Fatalf("after a call past the end: end moved %t, %d records %d bytes, want 14 and 1400", c.end != end, c.n.Load(), c.bytes.Load())
-		}
-	})
-	t.Run("concurrent", func(t *testing.T) {
-		const goroutines, each = 12, 5000
-		c := newPassCount(goroutines * each)
-		var wg sync.WaitGroup
-		for range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range each {
-					c.add(1, 100)
-				}
-			}()
-		}
-		wg.Wait()
-		select {
-		case <-c.done:
-		default:
-			t.Fatalf("not done after %d of %d records", c.n.Load(), goroutines*each)
-		}
-		if c.bytes.Load() != goroutines*each*100 || c.end.IsZero() {
-			t.Fatalf("%d bytes, end %v; want %d bytes and an end", c.bytes.Load(), c.end, goroutines*each*100)
-		}
-	})
 }

@@ -198,21 +198,7 @@ func (d *redisDriver) NewConsumer(_ context.Context, topic string, partitions in
 	return c, nil
 }
 
-func (c *redisConsumer) Run(ctx context.Context, fn RecordFunc) error { return c.read(ctx, fn, nil) }
-
-// Count sums each XREAD reply's records and tells fn once per reply.
-func (c *redisConsumer) Count(ctx context.Context, fn CountFunc) error {
-	var n, bytes int64
-	return c.read(ctx, func(key, value []byte) { n, bytes = n+1, bytes+int64(len(key)+len(value)) }, func() {
-		if n > 0 {
-			fn(n, bytes)
-		}
-		n, bytes = 0, 0
-	})
-}
-
-// read calls fn for every record read, and replied (when not nil) after each XREAD reply's records.
-func (c *redisConsumer) read(ctx context.Context, fn RecordFunc, replied func()) error {
+func (c *redisConsumer) Run(ctx context.Context, fn RecordFunc) error {
 	index := make(map[string]int, len(c.streams))
 	for i, s := range c.streams {
 		index[s] = i
@@ -244,9 +230,6 @@ func (c *redisConsumer) read(ctx context.Context, fn RecordFunc, replied func())
 				fn(key, value)
 				c.ids[i] = m.ID
 			}
-		}
-		if replied != nil {
-			replied()
 		}
 	}
 	return nil

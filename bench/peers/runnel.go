@@ -158,24 +158,4 @@ func (c *runnelConsumer) Run(ctx context.Context, fn RecordFunc) error {
 	return nil
 }
 
-// Count sums each poll's records on the polling goroutine and tells fn once per poll.
-func (c *runnelConsumer) Count(ctx context.Context, fn CountFunc) error {
-	var bytes int64
-	each := func(r *client.Record) { bytes += int64(len(r.Key) + len(r.Value)) }
-	for ctx.Err() == nil {
-		n, err := c.c.PollFunc(ctx, each)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		if n > 0 {
-			fn(int64(n), bytes)
-		}
-		bytes = 0
-	}
-	return nil
-}
-
 func (c *runnelConsumer) Close() error { return c.c.Close() }

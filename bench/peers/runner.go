@@ -312,44 +312,34 @@ func consumeAll(ctx context.Context, d Driver, topic string, partitions int, wan
 		return consumePass{}, fmt.Errorf("consumer: %w", err)
 	}
 	defer c.Close()
+	var n, bytes atomic.Int64
+	done := make(chan struct{})
+	var once sync.Once
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	pc := newPassCount(want)
 	start := time.Now()
+	var end time.Time
 	errc := make(chan error, 1)
-	go func() { errc <- c.Count(cctx, pc.add) }()
+	go func() {
+		errc <- c.Run(cctx, func(key, value []byte) {
+			bytes.Add(int64(len(key) + len(value)))
+			if n.Add(1) == want {
+				end = time.Now()
+				once.Do(func() { close(done) })
+			}
+		})
+	}()
 	select {
-	case <-pc.done:
+	case <-done:
 		cancel()
 		<-errc
 	case err := <-errc:
 		if err == nil {
-			err = fmt.Errorf("stopped after %d of %d records", pc.n.Load(), want)
+			err = fmt.Errorf("stopped after %d of %d records", n.Load(), want)
 		}
 		return consumePass{}, fmt.Errorf("consume: %w", err)
 	}
-	return consumePass{bytes: pc.bytes.Load(), elapsed: pc.end.Sub(start)}, nil
-}
-
-// passCount counts one consume pass: the records and bytes read, and when the want-th record was
-// counted (end, set once before done is closed).
-type passCount struct {
-	want     int64
-	n, bytes atomic.Int64
-	end      time.Time
-	done     chan struct{}
-}
-
-func newPassCount(want int64) *passCount { return &passCount{want: want, done: make(chan struct{})} }
-
-// add is the consumer's CountFunc: the call whose records reach want (in one batch or the last of
-// several) sets end and closes done; any call may run on any goroutine.
-func (c *passCount) add(n, bytes int64) {
-	c.bytes.Add(bytes)
-	if after := c.n.Add(n); after >= c.want && after-n < c.want {
-		c.end = time.Now()
-		close(c.done)
-	}
+	return consumePass{bytes: bytes.Load(), elapsed: end.Sub(start)}, nil
 }
 
 // pacerEarly is how far ahead of its intended time a paced record may be sent (latency.Pacer.Early),

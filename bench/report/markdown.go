@@ -54,8 +54,11 @@ func Markdown(w io.Writer, r *Results, charts []string) error {
 		"written to the OS (survives a process crash; the newest writes can be lost in a machine crash). Ratios marked " +
 		"*matching* compare systems of the same class.\n\n")
 
-	p("## Ceilings (same run)\n\nEach ceiling is measured when the run starts and again when it ends; the ratios use the higher.\n\n" +
-		"| ceiling | MB/s | measured | how |\n|---|---:|---|---|\n")
+	p("## Ceilings (same run)\n\n")
+	if slices.ContainsFunc(r.Ceilings, func(c Ceiling) bool { return len(c.Measured) > 1 }) {
+		p("Each ceiling was measured when the run started and again when it ended; the ratios use the higher.\n\n")
+	}
+	p("| ceiling | MB/s | measured | how |\n|---|---:|---|---|\n")
 	for _, c := range r.Ceilings {
 		p("| %s | %.1f | %s | %s |\n", c.Name, c.MBPerSec, measured(c.Measured), esc(c.Note))
 	}

@@ -291,14 +291,43 @@ func TestAddCeilingKeepsTheHigher(t *testing.T) {
 	}
 }
 
-// TestCeilingFromOlderResults: results saved before the ceilings were measured twice have no list of
-// measurements; the report shows a dash for it.
+// TestCeilingFromOlderResults: a results.json saved before the ceilings were measured twice has no
+// "measured" list. It loads with its one figure, renders with a dash and without the claim of two
+// measurements, and a measurement added to it keeps the loaded figure among its measurements.
 func TestCeilingFromOlderResults(t *testing.T) {
-	var b bytes.Buffer
-	if err := Markdown(&b, synthetic(), nil); err != nil {
+	path := filepath.Join(t.TempDir(), "results.json")
+	old := `{"matrix": "reduced", "ceilings": [{"name": "grpc bare stream (loopback)", "mb_per_s": 1071.5, "note": "1 MiB requests"}]}`
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if want := "| grpc bare stream (loopback) | 1000.0 | — | 1 MiB requests |"; !strings.Contains(b.String(), want) {
+	r, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := Markdown(&b, r, nil); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	if want := "| grpc bare stream (loopback) | 1071.5 | — | 1 MiB requests |"; !strings.Contains(md, want) {
 		t.Errorf("report lacks %q", want)
+	}
+	if strings.Contains(md, "again when it ended") {
+		t.Error("the report claims two measurements of ceilings measured once")
+	}
+	r.AddCeiling("grpc bare stream (loopback)", 900, "")
+	if c, _ := r.Ceiling("grpc"); c.MBPerSec != 1071.5 || len(c.Measured) != 2 || c.Measured[0] != 1071.5 || c.Measured[1] != 900 {
+		t.Errorf("after a lower measurement: %+v, want 1071.5 MB/s measured as [1071.5 900]", c)
+	}
+	// A round trip keeps the measurements.
+	if err := r.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := back.Ceiling("grpc"); len(c.Measured) != 2 || c.Measured[1] != 900 {
+		t.Errorf("after Save and Load: %+v", c)
 	}
 }

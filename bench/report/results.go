@@ -64,9 +64,9 @@ func (s System) IsRunnel() bool { return s.Family == "runnel" }
 
 // Ceiling is one of the machine's ceilings, measured in the same run: the harness measures each at
 // the run's start and again at its end, and MBPerSec is the higher of the two, so every share of a
-// ceiling is the stricter one. (On a freshly booted virtual machine, whose memory the host has taken
-// back, the first seconds of a run measured the bare gRPC stream at under half of what it carried an
-// hour later, which would have flattered every system's share of it.)
+// ceiling is the stricter one. (On a virtual machine 9 minutes after its boot, whose memory the host
+// had taken back, a run's first seconds measured the bare gRPC stream at about half of what the same
+// machine carried half an hour later, which would have flattered every system's share of it.)
 type Ceiling struct {
 	Name     string  `json:"name"`
 	MBPerSec float64 `json:"mb_per_s"` // the highest of Measured, MB (10^6 bytes) per second
@@ -82,6 +82,9 @@ type Ceiling struct {
 func (r *Results) AddCeiling(name string, mbPerSec float64, note string) {
 	for i := range r.Ceilings {
 		if c := &r.Ceilings[i]; c.Name == name {
+			if len(c.Measured) == 0 { // loaded from results saved before the harness measured twice
+				c.Measured = []float64{c.MBPerSec}
+			}
 			c.Measured = append(c.Measured, mbPerSec)
 			c.MBPerSec = max(c.MBPerSec, mbPerSec)
 			return
