@@ -50,8 +50,8 @@ bench: build ## produce and consume benchmarks against a fresh local node (see d
 	./scripts/bench.sh
 
 FULL ?=
-bench-compare: build ## Runnel vs NATS JetStream and Redis Streams in one run (FULL=1: whole matrix); writes bench/out/report.md
-	FULL=$(FULL) ./scripts/bench-compare.sh
+bench-compare: build ## Runnel vs NATS JetStream and Redis Streams in one run (FULL=1: whole matrix; ROUNDS=N: N runs and their medians); writes bench/out/report.md
+	FULL=$(FULL) ROUNDS=$(ROUNDS) ./scripts/bench-compare.sh
 
 bench-profile: build ## CPU and allocation profiles of a node under produce and consume load, into bench/out/
 	./scripts/bench-profile.sh

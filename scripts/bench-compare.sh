@@ -7,7 +7,10 @@
 #
 # Knobs (environment): FULL=1 runs the whole matrix (hours) instead of the reduced one (about 10
 # minutes); OUT (default bench/out); DATA (default ../shared/data, for flights-3m.ndjson.zst);
-# PEERS_FLAGS extra flags for bench/peers (e.g. "-systems runnel,jetstream" or "-workloads 100B").
+# PEERS_FLAGS extra flags for bench/peers (e.g. "-systems runnel,jetstream" or "-workloads 100B");
+# ROUNDS=N (default 1) runs the whole comparison N times, one after another, into $OUT/round-1 ... N,
+# each with its own report, and writes $OUT/report.md as the summary: every target's ratio per round
+# and its median, on which the verdict is given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,12 +51,31 @@ if [[ -n $(git status --porcelain -- api broker client cmd platform 2>/dev/null)
 	version+="+local changes"
 fi
 
-flags=(-runnel bin/runnel -runnel-version "runnel $version" -out "$OUT" -data "$DATA/flights-3m.ndjson.zst")
+flags=(-runnel bin/runnel -runnel-version "runnel $version" -data "$DATA/flights-3m.ndjson.zst")
 if [[ ${FULL:-} == 1 ]]; then
 	flags+=(-full)
 fi
 # shellcheck disable=SC2206 # PEERS_FLAGS is a list of flags
 flags+=(${PEERS_FLAGS:-})
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048576}' /proc/meminfo), $(uname -sr)"
-"$OUT/peers" "${flags[@]}"
-echo "report: $OUT/report.md (charts: $OUT/*.png, raw figures: $OUT/results.json)"
+rounds=${ROUNDS:-1}
+if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
+	echo "ROUNDS=$rounds: must be a whole number of at least 1" >&2
+	exit 2
+fi
+if ((rounds == 1)); then
+	"$OUT/peers" "${flags[@]}" -out "$OUT"
+	echo "report: $OUT/report.md (charts: $OUT/*.png, raw figures: $OUT/results.json)"
+	exit 0
+fi
+# What a single run left in $OUT would sit beside the summary as if it belonged to it.
+rm -f "$OUT/results.json" "$OUT"/*.png
+results=()
+for ((k = 1; k <= rounds; k++)); do
+	echo "round $k of $rounds"
+	rm -rf "$OUT/round-$k"
+	"$OUT/peers" "${flags[@]}" -out "$OUT/round-$k"
+	results+=("$OUT/round-$k/results.json")
+done
+"$OUT/peers" -summarize "$OUT/report.md" "${results[@]}"
+echo "report: $OUT/report.md (the $rounds rounds side by side; each round's own report: $OUT/round-K/report.md)"

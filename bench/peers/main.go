@@ -17,7 +17,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -50,6 +52,7 @@ type options struct {
 func main() {
 	var o options
 	reportOnly := flag.String("report-only", "", "only render the report from this results.json")
+	summarize := flag.String("summarize", "", "only write this summary (e.g. bench/out/report.md) of the rounds whose results.json files follow as arguments, in round order; each round's report.md must sit beside its results.json")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this harness process (its clients, not the servers) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of this harness process (its clients, not the servers) to this file at the end: every allocation of the run")
 	flag.StringVar(&o.out, "out", "bench/out", "directory for the report, charts, results.json and the servers' data (-report-only writes next to its results.json instead)")
@@ -71,6 +74,13 @@ func main() {
 	flag.IntVar(&o.t.passes, "consume-passes", 3, "times each consume run reads its backlog, each with a new consumer; the median pass is reported")
 	flag.Float64Var(&o.loadFraction, "load", 0.5, "fraction of each system's maximum the latency runs are paced at")
 	flag.Parse()
+	if *summarize != "" {
+		if err := summarizeRounds(*summarize, flag.Args()); err != nil {
+			fatal(err)
+		}
+		fmt.Println("wrote", *summarize)
+		return
+	}
 	if *reportOnly != "" {
 		res, err := report.Load(*reportOnly)
 		if err == nil {
@@ -439,6 +449,33 @@ func run(ctx context.Context, o options) error {
 	}
 	logf("wrote %s", filepath.Join(o.out, "report.md"))
 	return nil
+}
+
+// summarizeRounds writes out, the summary of the rounds whose results.json files are paths (in round
+// order), linking each round's report.md (beside its results.json) relative to out.
+func summarizeRounds(out string, paths []string) error {
+	if len(paths) == 0 {
+		return errors.New("-summarize: no results.json files given")
+	}
+	rounds := make([]*report.Results, len(paths))
+	links := make([]string, len(paths))
+	for k, path := range paths {
+		r, err := report.Load(path)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", k+1, err)
+		}
+		rounds[k] = r
+		rel, err := filepath.Rel(filepath.Dir(out), filepath.Join(filepath.Dir(path), "report.md"))
+		if err != nil {
+			return fmt.Errorf("round %d: %w", k+1, err)
+		}
+		links[k] = filepath.ToSlash(rel)
+	}
+	var b bytes.Buffer
+	if err := report.RoundsMarkdown(&b, rounds, links); err != nil {
+		return err
+	}
+	return os.WriteFile(out, b.Bytes(), 0o644)
 }
 
 // measureCeilings measures the machine's ceilings (the disk with and without an fdatasync per MiB, the

@@ -209,3 +209,47 @@ func TestSDKDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestSummarizeRounds writes the summary of two saved rounds and checks that it links each round's
+// report relative to the summary and carries both rounds' ratios; a missing results.json fails with
+// the round it belongs to.
+func TestSummarizeRounds(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for k, jsRate := range []float64{100_000, 200_000} {
+		r := &report.Results{
+			Started: time.Date(2026, 12, 2, 18, k, 0, 0, time.UTC), Command: "peers",
+			Systems: []report.System{{Name: "jetstream", Family: "jetstream"}, {Name: "runnel acks=all", Family: "runnel"}},
+		}
+		w := report.Workload{Kind: report.KindConsume, Size: 100, Producers: 1, Partitions: 12}
+		r.Runs = []report.Run{{Workload: w, System: "jetstream", RecordsPerSec: jsRate}, {Workload: w, System: "runnel acks=all", RecordsPerSec: 2_400_000}}
+		rd := filepath.Join(dir, "round-"+string(rune('1'+k)))
+		if err := os.MkdirAll(rd, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(rd, "results.json")
+		if err := r.Save(p); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	out := filepath.Join(dir, "report.md")
+	if err := summarizeRounds(out, paths); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"[report](round-1/report.md)", "[report](round-2/report.md)", "| 24.0× | 12.0× | 18.0× | ≥ 10× | **yes** | 2 of 2 |"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("summary lacks %q:\n%s", want, b)
+		}
+	}
+	if err := summarizeRounds(out, append(paths, filepath.Join(dir, "round-3", "results.json"))); err == nil || !strings.Contains(err.Error(), "round 3") {
+		t.Errorf("a missing round's results: err %v, want one naming round 3", err)
+	}
+	if err := summarizeRounds(out, nil); err == nil {
+		t.Error("summarizeRounds took no rounds")
+	}
+}
