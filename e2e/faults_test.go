@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnel-io/runnel/internal/testaddr"
 	"github.com/runnel-io/runnel/platform/netmap"
 )
 
@@ -437,7 +438,7 @@ func newFaultCluster(t *testing.T, n, voters int, extra ...string) *faultCluster
 				continue
 			}
 			dst, l := c.nodes[j], link{i, j}
-			raftP, grpcP, serfP := freePort(t), freePort(t), freePort(t)
+			raftP, grpcP, serfP := testaddr.Free(t), testaddr.Free(t), testaddr.Free(t)
 			for _, err := range []error{
 				nf.startTCPProxy(raftP, dst.raft, l, "raft"),
 				nf.startTCPProxy(grpcP, dst.grpc, l, "grpc"),

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +18,7 @@ import (
 
 	runnelv1 "github.com/runnel-io/runnel/api/runnel/v1"
 	"github.com/runnel-io/runnel/client"
+	"github.com/runnel-io/runnel/internal/testaddr"
 )
 
 // bin is the runnel binary TestMain builds for the multi-process tests, with buildFlags; copierBin is
@@ -49,36 +48,6 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
-
-// freePort returns a port on 127.0.0.1 that is free for TCP and UDP now. Nodes need their raft and
-// serf ports before they start (the voter list and join addresses name them), so they cannot bind port
-// 0. The ports come from below Linux's ephemeral range (32768-60999), which outgoing connections and
-// port-0 listeners draw from, so nothing else takes them before the node binds them.
-func freePort(t *testing.T) string {
-	t.Helper()
-	for range 1000 {
-		addr := fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000))
-		if _, taken := usedPorts.LoadOrStore(addr, true); taken {
-			continue
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		pc, err := net.ListenPacket("udp", addr) // serf also needs the UDP port
-		if err != nil {
-			continue
-		}
-		pc.Close()
-		return addr
-	}
-	t.Fatal("no free port found")
-	return ""
-}
-
-// usedPorts are the ports handed out in this process, never handed out twice.
-var usedPorts sync.Map
 
 // node is one `runnel server` process of a test cluster. Its addresses and data dir stay the same
 // across restarts.
@@ -133,8 +102,8 @@ func startCluster(t *testing.T, n, voters int) *cluster {
 // addNode prepares node id with fresh ports and data dir.
 func (c *cluster) addNode(id int32) *node {
 	dir := c.t.TempDir()
-	nd := &node{id: id, dir: filepath.Join(dir, "data"), grpc: freePort(c.t), http: freePort(c.t), raft: freePort(c.t),
-		serf: freePort(c.t), logPath: filepath.Join(dir, "node.log")}
+	nd := &node{id: id, dir: filepath.Join(dir, "data"), grpc: testaddr.Free(c.t), http: testaddr.Free(c.t), raft: testaddr.Free(c.t),
+		serf: testaddr.Free(c.t), logPath: filepath.Join(dir, "node.log")}
 	c.nodes[id] = nd
 	return nd
 }

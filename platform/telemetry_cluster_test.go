@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -19,32 +18,22 @@ import (
 
 	"github.com/runnel-io/runnel/client"
 	"github.com/runnel-io/runnel/client/telemetry"
+	"github.com/runnel-io/runnel/internal/testaddr"
 	"github.com/runnel-io/runnel/platform"
 	"github.com/runnel-io/runnel/platform/platformtest"
 )
 
-// freeAddr returns a 127.0.0.1 address with a port the kernel had free: the nodes of a cluster must
-// know each other's raft and serf addresses before any of them starts.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // startTracedCluster starts n in-process nodes, all controller voters, that find each other by serf
 // gossip, each sending its spans to tp; it waits until every node is ready and returns their gRPC
-// addresses by node id (1..n).
+// addresses by node id (1..n). Raft and serf addresses come from testaddr, because the nodes must know
+// each other's before any starts; gRPC binds port 0 and is advertised as bound.
 func startTracedCluster(t *testing.T, n int, tp trace.TracerProvider) map[int32]string {
 	t.Helper()
 	type addrs struct{ grpc, raft, serf string }
 	as := map[int32]addrs{}
 	var voters []string
 	for id := int32(1); id <= int32(n); id++ {
-		as[id] = addrs{freeAddr(t), freeAddr(t), freeAddr(t)}
+		as[id] = addrs{"127.0.0.1:0", testaddr.Free(t), testaddr.Free(t)}
 		voters = append(voters, fmt.Sprintf("%d@%s", id, as[id].raft))
 	}
 	logger := slog.New(slog.DiscardHandler)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/serf/serf"
+	"github.com/runnel-io/runnel/internal/testaddr"
 	"go.uber.org/goleak"
 )
 
@@ -271,21 +272,9 @@ func TestLeaveFailAndReap(t *testing.T) {
 	}
 }
 
-// freeAddr returns a 127.0.0.1 address nothing listens on (yet).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 func TestJoinRetriesInBackground(t *testing.T) {
 	t.Parallel()
-	later := freeAddr(t)
+	later := testaddr.Free(t)
 	began := time.Now()
 	n1 := start(t, testConfig(t, 1, later))
 	if d := time.Since(began); d > 2*time.Second {
@@ -304,7 +293,7 @@ func TestJoinRetriesInBackground(t *testing.T) {
 func TestJoinedByOthers(t *testing.T) {
 	t.Parallel()
 	// The first node of a cluster lists the others, which are not up yet; the second lists the first.
-	later := freeAddr(t)
+	later := testaddr.Free(t)
 	n1 := start(t, testConfig(t, 1, later))
 	c2 := testConfig(t, 2, n1.LocalAddr())
 	c2.BindAddr = later
@@ -319,7 +308,7 @@ func TestJoinedByOthers(t *testing.T) {
 func TestJoinListWithSelf(t *testing.T) {
 	t.Parallel()
 	// A shared join list names the node itself: it is skipped.
-	addr := freeAddr(t)
+	addr := testaddr.Free(t)
 	c := testConfig(t, 1, addr)
 	c.BindAddr = addr
 	n := start(t, c)
@@ -566,7 +555,7 @@ func TestStartErrors(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if m, err := Start(ctx, testConfig(t, 1, freeAddr(t))); !errors.Is(err, context.Canceled) {
+	if m, err := Start(ctx, testConfig(t, 1, testaddr.Free(t))); !errors.Is(err, context.Canceled) {
 		if err == nil {
 			m.Close()
 		}

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/runnel-io/runnel/internal/testaddr"
 	"github.com/runnel-io/runnel/platform/netmap"
 )
 
@@ -13,7 +14,7 @@ import (
 func TestJoinThroughRewrite(t *testing.T) {
 	t.Parallel()
 	n1 := start(t, testConfig(t, 1))
-	ghost := freeAddr(t)
+	ghost := testaddr.Free(t)
 	tb, err := netmap.Parse(ghost + "=" + n1.LocalAddr())
 	if err != nil {
 		t.Fatal(err)
