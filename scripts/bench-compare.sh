@@ -10,13 +10,21 @@
 # PEERS_FLAGS extra flags for bench/peers (e.g. "-systems runnel,jetstream" or "-workloads 100B");
 # ROUNDS=N (default 1) runs the whole comparison N times, one after another, into $OUT/round-1 ... N,
 # each with its own report, and writes $OUT/report.md as the summary: every target's ratio per round
-# and its median, on which the verdict is given.
+# with its lower median and whether most rounds met it. -cpuprofile/-memprofile in PEERS_FLAGS keep the
+# last round's profile only; -out in PEERS_FLAGS is overridden (set OUT instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=${OUT:-bench/out}
 DATA=${DATA:-../shared/data}
 GO=${GO:-go}
+rounds=${ROUNDS:-1}
+if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
+	echo "ROUNDS=$rounds: must be a whole number of at least 1" >&2
+	exit 2
+fi
+# bench/peers saves what it measured when interrupted and exits 130; this stops the rounds there too.
+trap 'exit 130' INT TERM
 
 need=()
 command -v nats-server >/dev/null 2>&1 || need+=(nats-server)
@@ -58,22 +66,18 @@ fi
 # shellcheck disable=SC2206 # PEERS_FLAGS is a list of flags
 flags+=(${PEERS_FLAGS:-})
 echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB RAM", $2/1048576}' /proc/meminfo), $(uname -sr)"
-rounds=${ROUNDS:-1}
-if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
-	echo "ROUNDS=$rounds: must be a whole number of at least 1" >&2
-	exit 2
-fi
+# What an earlier run left would sit beside this one's report as if it belonged to it: a single run's
+# results and charts, or the rounds and summary of a run with more rounds than this one.
+rm -rf "$OUT"/round-* "$OUT/report.md"
 if ((rounds == 1)); then
 	"$OUT/peers" "${flags[@]}" -out "$OUT"
 	echo "report: $OUT/report.md (charts: $OUT/*.png, raw figures: $OUT/results.json)"
 	exit 0
 fi
-# What a single run left in $OUT would sit beside the summary as if it belonged to it.
 rm -f "$OUT/results.json" "$OUT"/*.png
 results=()
 for ((k = 1; k <= rounds; k++)); do
 	echo "round $k of $rounds"
-	rm -rf "$OUT/round-$k"
 	"$OUT/peers" "${flags[@]}" -out "$OUT/round-$k"
 	results+=("$OUT/round-$k/results.json")
 done

@@ -52,7 +52,7 @@ type options struct {
 func main() {
 	var o options
 	reportOnly := flag.String("report-only", "", "only render the report from this results.json")
-	summarize := flag.String("summarize", "", "only write this summary (e.g. bench/out/report.md) of the rounds whose results.json files follow as arguments, in round order; each round's report.md must sit beside its results.json")
+	summarize := flag.String("summarize", "", "only write this summary (e.g. bench/out/report.md) of the rounds whose results.json files follow as arguments, in round order; each round's report.md must sit beside its results.json (it is linked)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of this harness process (its clients, not the servers) to this file")
 	memProfile := flag.String("memprofile", "", "write an allocation profile of this harness process (its clients, not the servers) to this file at the end: every allocation of the run")
 	flag.StringVar(&o.out, "out", "bench/out", "directory for the report, charts, results.json and the servers' data (-report-only writes next to its results.json instead)")
@@ -135,6 +135,12 @@ func main() {
 	stopCPU()
 	if err := profile.WriteAllocs(*memProfile); err != nil {
 		fatal(err)
+	}
+	// What was measured is saved; the exit status says it is not the whole run, so that a script running
+	// several rounds stops instead of going on to the next.
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "interrupted: the partial results are in", filepath.Join(o.out, "results.json"))
+		os.Exit(130)
 	}
 }
 
@@ -433,6 +439,7 @@ func run(ctx context.Context, o options) error {
 	res.Finished = time.Now()
 	res.Machine.LoadAvgEnd = loadAvg()
 	if ctx.Err() != nil {
+		res.Interrupted = true
 		note := "the run was interrupted: some runs are missing"
 		if !endCeilings {
 			note += ", and the ceilings were measured only at its start"
@@ -465,7 +472,11 @@ func summarizeRounds(out string, paths []string) error {
 			return fmt.Errorf("round %d: %w", k+1, err)
 		}
 		rounds[k] = r
-		rel, err := filepath.Rel(filepath.Dir(out), filepath.Join(filepath.Dir(path), "report.md"))
+		own := filepath.Join(filepath.Dir(path), "report.md")
+		if _, err := os.Stat(own); err != nil {
+			return fmt.Errorf("round %d: its report, linked from the summary: %w", k+1, err)
+		}
+		rel, err := filepath.Rel(filepath.Dir(out), own)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", k+1, err)
 		}

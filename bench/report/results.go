@@ -23,6 +23,9 @@ type Results struct {
 	Ceilings []Ceiling `json:"ceilings"`
 	Runs     []Run     `json:"runs"`
 	Notes    []string  `json:"notes,omitempty"`
+	// Interrupted is set when the run was stopped (SIGINT or SIGTERM) before its last workload: what it
+	// measured by then is saved, the rest is missing.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // Machine describes the computer the run used.

@@ -15,7 +15,8 @@ import (
 // net.ipv4.ip_local_port_range), so an outgoing connection's source port, which the kernel takes from
 // that range, cannot claim the port between the check here and the node's bind. A port the kernel hands
 // out for "127.0.0.1:0" has no such protection: with three nodes dialling each other while they start,
-// one such port was taken before the last node bound it.
+// one such port was taken before the last node bound it. On a host whose ip_local_port_range reaches
+// below High that protection is gone, and only the check in Free remains.
 const (
 	Low  = 20000
 	High = 32000
