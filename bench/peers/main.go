@@ -476,7 +476,7 @@ func summarizeRounds(out string, paths []string) error {
 		if _, err := os.Stat(own); err != nil {
 			return fmt.Errorf("round %d: its report, linked from the summary: %w", k+1, err)
 		}
-		rel, err := filepath.Rel(filepath.Dir(out), own)
+		rel, err := relPath(filepath.Dir(out), own)
 		if err != nil {
 			return fmt.Errorf("round %d: %w", k+1, err)
 		}
@@ -487,6 +487,20 @@ func summarizeRounds(out string, paths []string) error {
 		return err
 	}
 	return os.WriteFile(out, b.Bytes(), 0o644)
+}
+
+// relPath is target relative to base, made absolute first so that a relative and an absolute path (an
+// -summarize output in /tmp, rounds under bench/out) still relate.
+func relPath(base, target string) (string, error) {
+	absBase, err := filepath.Abs(base)
+	if err != nil {
+		return "", err
+	}
+	absTarget, err := filepath.Abs(target)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Rel(absBase, absTarget)
 }
 
 // measureCeilings measures the machine's ceilings (the disk with and without an fdatasync per MiB, the

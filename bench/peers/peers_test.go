@@ -259,6 +259,15 @@ func TestSummarizeRounds(t *testing.T) {
 	if err := summarizeRounds(out, append(paths, filepath.Join(dir, "round-3", "results.json"))); err == nil || !strings.Contains(err.Error(), "round 3") {
 		t.Errorf("a missing round's results: err %v, want one naming round 3", err)
 	}
+	// Rounds named relative to the working directory, the summary elsewhere by an absolute path.
+	t.Chdir(dir)
+	elsewhere := filepath.Join(t.TempDir(), "summary.md")
+	if err := summarizeRounds(elsewhere, []string{"round-1/results.json", "round-2/results.json"}); err != nil {
+		t.Fatalf("relative rounds, absolute summary: %v", err)
+	}
+	if b, err := os.ReadFile(elsewhere); err != nil || !strings.Contains(string(b), "round-1/report.md)") {
+		t.Errorf("relative rounds, absolute summary: %v, links:\n%s", err, b)
+	}
 	if err := summarizeRounds(out, nil); err == nil {
 		t.Error("summarizeRounds took no rounds")
 	}

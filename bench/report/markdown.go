@@ -181,12 +181,20 @@ func describe(w Workload) string {
 		if w.Kind == KindEndToEnd {
 			what = "A consumer reads along (its load shares the machine): ack = the producer's acknowledgement, e2e = the consumer received the record."
 		}
-		return fmt.Sprintf("%d-byte values, %d producer(s), %d partitions, %s; %s. "+
+		return fmt.Sprintf("%d-byte values, %s, %s, %s; %s. "+
 			"Latencies are measured from each record's intended send time on a fixed schedule (coordinated omission corrected), or from a clock reading just before its send for a record sent early (the latency note below says how early and how acknowledgements are sampled). %s",
-			w.Size, w.Producers, w.Partitions, keys, pace, what)
+			w.Size, count(w.Producers, "producer"), count(w.Partitions, "partition"), keys, pace, what)
 	}
-	return fmt.Sprintf("%d-byte values, %d producer(s) each on its own connection, %d partitions, %s; as fast as each system takes them. "+
-		"Latency: send to acknowledgement from the actual send; saturated, so it is mostly time queued in the client.", w.Size, w.Producers, w.Partitions, keys)
+	return fmt.Sprintf("%d-byte values, %s each on its own connection, %s, %s; as fast as each system takes them. "+
+		"Latency: send to acknowledgement from the actual send; saturated, so it is mostly time queued in the client.", w.Size, count(w.Producers, "producer"), count(w.Partitions, "partition"), keys)
+}
+
+// count writes n nouns: "1 producer", "16 producers".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // latencyNotes joins the distinct LatencyWhat notes of runs (the harness gives every system's run of a

@@ -153,6 +153,7 @@ func TestMarkdown(t *testing.T) {
 		"| CPUs | 2 × Test CPU |", "| memory | 24.0 GiB |", "Linux 6.1", "/dev/vda (ext4)",
 		"nats-server v2.9.10", "redis-server 7.0.15", "go-redis v9.23.0",
 		"fsync\\|always", // table cells escape pipes
+		"100-byte values, 1 producer each on its own connection, 12 partitions,",
 		"| grpc bare stream (loopback) | 1000.0 |",
 		"### produce 100B 1prod 12part no keys",
 		"| runnel acks=all | fsync | 1,200,000 | 120.0 | 100 | 300 | 450 | 12 % | 40 % | 30 % | 0 |",

@@ -96,10 +96,10 @@ func RoundsMarkdown(w io.Writer, rounds []*Results, reports []string) error {
 	b := &strings.Builder{}
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	p("# Runnel side by side with its peers: %d rounds\n\n", len(rounds))
-	p("Each round is a complete run of the harness, one after another on this machine, with its own report (linked below). " +
-		"A target is met here when a strict majority of the rounds evaluated it and its lower median ratio over them meets the goal " +
-		"(the lower median: the middle round, or the lower of the middle two), that is when most of the rounds that measured it met it, so that no single " +
-		"moment of a shared machine decides it; every round's ratio is listed too. How to read this: docs/benchmarks.md.\n\n")
+	p("Each round is a complete run of the harness, one after another on this machine, with its own report (linked below), " +
+		"which gives the records/s and milliseconds behind each ratio here. A target is met when most of the rounds that " +
+		"measured it met it, and when most rounds measured it: its lower median (the middle round, or the lower of the middle " +
+		"two) meets the goal. So no single moment of a shared machine decides it. How to read this: docs/benchmarks.md.\n\n")
 
 	p("## Rounds\n\n| round | started | took | gRPC ceiling MB/s | disk sequential MB/s | disk with fdatasync MB/s | load average at start / end | complete | report |\n")
 	p("|---:|---|---|---:|---:|---:|---|---|---|\n")
