@@ -96,7 +96,7 @@ func TestPrefetcherDropsBehindWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	second, _ := badgerLikeVlog(t, dir, 2, size, 12<<20, 2)
-	if c, pages := cachedPages(t, first, 0, firstLen); c != pages {
+	if c, pages := cachedPages(t, first, 0, firstLen); !mostlyCached(c, pages) {
 		t.Fatalf("%d of %d pages of file 1 cached before the drop: the test cannot tell", c, pages)
 	}
 
@@ -117,7 +117,7 @@ func TestPrefetcherDropsBehindWindow(t *testing.T) {
 	if c, _ := cachedPages(t, second, 0, 4<<20); c != 0 {
 		t.Fatalf("%d pages of file 2's first 4 MiB still cached", c)
 	}
-	if c, pages := cachedPages(t, second, 4<<20, 8<<20); c != pages {
+	if c, pages := cachedPages(t, second, 4<<20, 8<<20); !mostlyCached(c, pages) {
 		t.Fatalf("%d of %d pages of file 2 inside the window cached", c, pages)
 	}
 	if len(p.behind) != 0 || p.dropped != 4<<20 {
@@ -128,7 +128,8 @@ func TestPrefetcherDropsBehindWindow(t *testing.T) {
 }
 
 // TestStoreDropsPagesBehindWindow: a store keeps PageCacheWindow bytes of the newest value log cached
-// and drops the older pages, which read back unchanged; with a negative window it drops nothing.
+// and drops the older pages, which read back unchanged; with a negative window it drops nothing (the
+// oldest file stays mostly cached: only the kernel's own reclaim takes pages then).
 func TestStoreDropsPagesBehindWindow(t *testing.T) {
 	for _, window := range []int64{16 << 20, -1} {
 		o := testOptions(t, true) // fsync: the pages are clean once an append returns
@@ -163,7 +164,7 @@ func TestStoreDropsPagesBehindWindow(t *testing.T) {
 			if n := s.pageCacheDropped.Load(); n != 0 {
 				t.Fatalf("window %d: dropped %d bytes", window, n)
 			}
-			if c, pages := cachedPages(t, oldest, 0, fi.Size()); c != pages {
+			if c, pages := cachedPages(t, oldest, 0, fi.Size()); !mostlyCached(c, pages) {
 				t.Fatalf("window %d: %d of %d pages of the oldest value log cached", window, c, pages)
 			}
 		} else {

@@ -40,6 +40,12 @@ func cachedPages(t *testing.T, path string, off, n int64) (cached, pages int) {
 	return cached, len(vec)
 }
 
+// mostlyCached reports whether more than half of pages are cached. The tests ask it, not for every
+// page, where pages should still be (or now be) cached: the kernel may reclaim clean pages of any
+// file under memory pressure (a CI run saw 8 of 4,152 go), while a drop or a missing prefetch leaves
+// none, so half tells the two apart on any machine.
+func mostlyCached(cached, pages int) bool { return 2*cached > pages }
+
 // sparseVlog makes a file as Badger makes an active value-log file: sparse, twice size long, written
 // at the start through a shared mapping (byte i holds byte(i)); it returns the file's path.
 func sparseVlog(t *testing.T, dir string, fid uint64, size, written int64) string {
@@ -76,7 +82,7 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 	if n < prefetchWindow-(2<<20) || p.ahead < written+prefetchWindow-(2<<20) {
 		t.Fatalf("asked for %d bytes up to offset %d; want the %d bytes past the written end %d", n, p.ahead, prefetchWindow, written)
 	}
-	if c, pages := cachedPages(t, path, probeOff, probeLen); c != pages {
+	if c, pages := cachedPages(t, path, probeOff, probeLen); !mostlyCached(c, pages) {
 		t.Fatalf("%d of %d pages of the window cached after a step", c, pages)
 	}
 	if res, err := p.step(); err != nil || res.asked != 0 {
@@ -117,7 +123,7 @@ func TestPrefetcherCachesAheadOfWrites(t *testing.T) {
 	if p.fid != 3 {
 		t.Fatalf("prefetching value log %d after the rotation, want 3", p.fid)
 	}
-	if c, pages := cachedPages(t, next, probeOff, probeLen); c != pages {
+	if c, pages := cachedPages(t, next, probeOff, probeLen); !mostlyCached(c, pages) {
 		t.Fatalf("%d of %d pages of the new file's window cached", c, pages)
 	}
 }
@@ -165,7 +171,7 @@ func TestStorePrefetchesValueLog(t *testing.T) {
 		// The last step ran after at most prefetchTrigger bytes fewer than were written.
 		waitFor(t, 10*time.Second, "the window cached", func() bool {
 			c, pages := cachedPages(t, path, end, prefetchWindow/2)
-			return c == pages
+			return mostlyCached(c, pages)
 		})
 	}
 }
