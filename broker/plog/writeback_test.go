@@ -184,7 +184,8 @@ func appendPaced(t *testing.T, s *Store, p *Partition, n, size int, opts AppendO
 // flushInterval, so Badger's msync when it leaves the file (on its write path) finds at most about
 // that much to write back and flush (flush.go). Paced appends across three rotations of 8 MiB files
 // (flushInterval 2 MiB) must see each file flushed in order, every flushInterval to flushInterval
-// plus one prefetch step, with no more than that left unflushed at its rotation.
+// plus one prefetch step (two, at most twice: one step may find the flusher busy), with no more than
+// that left unflushed at its rotation.
 func TestFlushesWithoutFsync(t *testing.T) {
 	o := testOptions(t, false)
 	o.ValueLogFileSize = 8 << 20
@@ -203,8 +204,12 @@ func TestFlushesWithoutFsync(t *testing.T) {
 	}
 	got := flushes()
 	interval := flushInterval(o.ValueLogFileSize)
-	// A step comes at most prefetchTrigger plus one batch (and its header) after the last.
+	// A step comes at most prefetchTrigger plus one batch (and its header) after the last. The flusher
+	// counts a flush just before it waits for the next request, so a step in between finds it busy
+	// and the next step asks (as TestFlushOffThePrefetcher allows for): a flush may come one step
+	// later, rarely, so at most twice in the run.
 	slack := int64(prefetchTrigger + 2*size)
+	late := 0
 	if len(got) < 3*int(o.ValueLogFileSize/interval)-3 || s.flushes.Load() != int64(len(got)) || s.flushesTaken.Load() != int64(len(got)) {
 		t.Fatalf("%d flushes (%d taken, %d made) over three %d-byte value-log files: want one every %d bytes",
 			len(got), s.flushesTaken.Load(), s.flushes.Load(), o.ValueLogFileSize, interval)
@@ -215,8 +220,12 @@ func TestFlushesWithoutFsync(t *testing.T) {
 		if i > 0 && r.fid < got[i-1].fid {
 			t.Fatalf("flushes %+v: file %d flushed after file %d", got, r.fid, got[i-1].fid)
 		}
-		if d := r.end - last; d < interval || d > interval+slack {
-			t.Fatalf("flush %d of file %d at %d, %d bytes after its last (seen %v): want %d to %d", i, r.fid, r.end, d, seen, interval, interval+slack)
+		d := r.end - last
+		if d > interval+slack && d <= interval+2*slack && late < 2 {
+			late++
+		} else if d < interval || d > interval+slack {
+			t.Fatalf("flush %d of file %d at %d, %d bytes after its last (seen %v): want %d to %d (%d to %d twice at most: %d so far)",
+				i, r.fid, r.end, d, seen, interval, interval+slack, interval+slack, interval+2*slack, late)
 		}
 		if filepath.Base(r.path) != vlogName(r.fid) {
 			t.Fatalf("flush %d of file %d names %s", i, r.fid, r.path)
@@ -226,10 +235,11 @@ func TestFlushesWithoutFsync(t *testing.T) {
 	if len(files) < 3 {
 		t.Fatalf("flushes %+v: want three value-log files flushed", got)
 	}
-	// Every file Badger left was flushed up to within one interval and a step of its rotation point.
+	// Every file Badger left was flushed up to within one interval and two steps (one if no flush was
+	// late) of its rotation point.
 	for fid, end := range files {
-		if fid < newestVlog(o.Dir) && end < o.ValueLogFileSize-interval-slack {
-			t.Fatalf("file %d was last flushed at %d, more than %d bytes before its rotation at %d", fid, end, interval+slack, o.ValueLogFileSize)
+		if fid < newestVlog(o.Dir) && end < o.ValueLogFileSize-interval-2*slack {
+			t.Fatalf("file %d was last flushed at %d, more than %d bytes before its rotation at %d", fid, end, interval+2*slack, o.ValueLogFileSize)
 		}
 	}
 }
