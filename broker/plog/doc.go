@@ -181,5 +181,8 @@
 // # Goroutines
 //
 // Open starts the writer, the syncer and the value-log GC loop; Close stops them (failing appends still
-// queued with ErrClosed) before closing Badger.
+// queued with ErrClosed) before closing Badger. Close gives up after Options.CloseTimeout
+// (ErrCloseTimeout): Badger retries a failed memtable flush without end, so without the bound a store
+// whose directory was removed would never close. Its goroutines then stay behind; the process is meant
+// to exit.
 package plog

@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(kill9Env); dir != "" {
 		kill9Child(dir) // never returns
 	}
+	if dir := os.Getenv(closeGoneEnv); dir != "" {
+		closeGoneChild(dir) // never returns
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -63,7 +63,16 @@ type Options struct {
 	// DefaultPageCacheWindow; < 0 keeps everything and leaves eviction to the kernel. Linux only
 	// (elsewhere nothing is dropped); see pagecache.go for why.
 	PageCacheWindow int64
+	// CloseTimeout bounds how long Close waits for Badger to close (default DefaultCloseTimeout): a
+	// healthy store closes in well under a second (it flushes one memtable), one whose directory is gone
+	// or whose disk fails never does (ErrCloseTimeout).
+	CloseTimeout time.Duration
 }
+
+// DefaultCloseTimeout is Options.CloseTimeout's default: far above a healthy close (a 16 MiB memtable
+// written as a table), well below what a supervisor waits before it kills a stopping process
+// (systemd's TimeoutStopSec: 90 s), so the node exits with its own error.
+const DefaultCloseTimeout = 30 * time.Second
 
 // DefaultMinFreeBytes is Options.MinFreeBytes's default.
 const DefaultMinFreeBytes = 64 << 20
@@ -80,6 +89,7 @@ func DefaultOptions(dir string) Options {
 		Fsync:            true,
 		GCInterval:       DefaultGCInterval,
 		PageCacheWindow:  DefaultPageCacheWindow,
+		CloseTimeout:     DefaultCloseTimeout,
 	}
 }
 
@@ -108,6 +118,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PageCacheWindow == 0 {
 		o.PageCacheWindow = DefaultPageCacheWindow
+	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = DefaultCloseTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -30,6 +30,14 @@ var ErrPartitionDeleted = errors.New("partition deleted")
 // Store and Partition methods after Close, and by appends still queued when Close ran.
 var ErrClosed = errors.New("plog: store closed")
 
+// ErrCloseTimeout is returned by Close when Badger has not closed within Options.CloseTimeout. Badger
+// retries a failed memtable flush once a second without end (its flushMemtable), so a store whose
+// directory was removed, or whose disk fails, would otherwise never close, and a node stopping would
+// never exit (seen: 78 minutes, until killed). After it the store is unusable and Badger's goroutines
+// still run: the caller should exit. What was acknowledged is in the value log and the memtable's WAL,
+// which the next Open replays, as after a crash.
+var ErrCloseTimeout = errors.New("plog: Badger did not close in time")
+
 // Store holds every partition log of a node in one Badger DB. One writer goroutine group-commits the
 // appends of all partitions; one syncer goroutine fsyncs behind it (Options.Fsync); one goroutine runs
 // value-log GC every Options.GCInterval. Close stops all three. All methods are safe for concurrent use.
@@ -179,39 +187,56 @@ func (s *Store) DB() *badger.DB { return s.db }
 // Close fails appends still queued with ErrClosed, waits for the group being written and fsyncs it,
 // stops the goroutines, writes the HW checkpoint of every partition in replicated mode, closes every
 // open partition (their Changed channels close, so long-polls wake up) and closes Badger. Later calls
-// return the first call's result.
+// return the first call's result. All of it takes at most Options.CloseTimeout, else Close returns an
+// error wrapping ErrCloseTimeout and leaves the store unusable.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.qmu.Lock()
-		s.qclosed = true
-		s.qmu.Unlock()
-		close(s.stopWriter)
-		<-s.writerDone
-		close(s.stopSyncer) // after the writer: the syncer fsyncs the last groups it handed over
-		<-s.syncerDone
-		close(s.stopGC)
-		<-s.gcDone
-		close(s.stopPrefetch)
-		<-s.prefetchDone
-		close(s.stopFlusher) // after the prefetcher, which hands it the flushes
-		<-s.flusherDone
-		s.checkpointAll()
-
-		s.lifeMu.Lock()
-		s.closed = true
-		s.lifeMu.Unlock()
-		s.partsMu.Lock()
-		for _, p := range s.parts {
-			p.retire(ErrClosed)
-		}
-		s.parts = nil
-		s.partsMu.Unlock()
-		s.callbacks.stop()
-		if err := s.db.Close(); err != nil {
-			s.closeErr = fmt.Errorf("close partition store in %s: %w", s.opts.Dir, err)
+		done := make(chan error, 1)
+		go func() { done <- s.shutdown() }()
+		t := time.NewTimer(s.opts.CloseTimeout)
+		defer t.Stop()
+		select {
+		case s.closeErr = <-done:
+		case <-t.C:
+			s.closeErr = fmt.Errorf("close partition store in %s: %w after %s (Badger retries a memtable flush that fails without end, and holds writes meanwhile: is the directory gone or the disk failing? Badger's log says why)",
+				s.opts.Dir, ErrCloseTimeout, s.opts.CloseTimeout)
 		}
 	})
 	return s.closeErr
+}
+
+// shutdown is Close's work, on a goroutine of its own so that Close can give up on it
+// (ErrCloseTimeout); after a timeout it stays blocked in Badger, which nothing can stop.
+func (s *Store) shutdown() error {
+	s.qmu.Lock()
+	s.qclosed = true
+	s.qmu.Unlock()
+	close(s.stopWriter)
+	<-s.writerDone
+	close(s.stopSyncer) // after the writer: the syncer fsyncs the last groups it handed over
+	<-s.syncerDone
+	close(s.stopGC)
+	<-s.gcDone
+	close(s.stopPrefetch)
+	<-s.prefetchDone
+	close(s.stopFlusher) // after the prefetcher, which hands it the flushes
+	<-s.flusherDone
+	s.checkpointAll()
+
+	s.lifeMu.Lock()
+	s.closed = true
+	s.lifeMu.Unlock()
+	s.partsMu.Lock()
+	for _, p := range s.parts {
+		p.retire(ErrClosed)
+	}
+	s.parts = nil
+	s.partsMu.Unlock()
+	s.callbacks.stop()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close partition store in %s: %w", s.opts.Dir, err)
+	}
+	return nil
 }
 
 // errClosed is ErrClosed with the storage error code, so the API edge answers KAFKA_STORAGE_ERROR
