@@ -323,7 +323,11 @@ func (n *Node) Close() error {
 			n.log.Warn("telemetry shutdown", "err", err)
 		}
 		cancel()
-		n.log.Info("node stopped", "node_id", n.cfg.NodeID)
+		if n.closeErr != nil {
+			n.log.Error("node stopped, its storage not closed cleanly", "node_id", n.cfg.NodeID, "err", n.closeErr)
+		} else {
+			n.log.Info("node stopped", "node_id", n.cfg.NodeID)
+		}
 	})
 	return n.closeErr
 }

@@ -23,9 +23,14 @@ const closeGoneEnv = "PLOG_CLOSE_GONE_DIR"
 const closeGoneTimeout = 2 * time.Second
 
 // closeGoneChild opens a store in dir, appends a batch (so Badger's memtable has something to flush),
-// removes dir and closes the store. It prints "close <is ErrCloseTimeout> <milliseconds> <error>" and
-// exits 0; a Close that never returns leaves the parent to kill it.
+// removes dir and closes the store. It prints "close <is ErrCloseTimeout> <milliseconds> <error>", then
+// "after <a read fails with ErrClosed> <the partition's Changed is closed>", and exits 0; a Close that
+// never returns leaves the parent to kill it.
 func closeGoneChild(dir string) {
+	fail := func(what string, err error) {
+		fmt.Fprintf(os.Stderr, "child %s: %v\n", what, err)
+		os.Exit(2)
+	}
 	o := DefaultOptions(dir)
 	o.MemTableSize, o.NumMemtables = 4<<20, 2
 	o.BlockCacheSize, o.IndexCacheSize = 4<<20, 2<<20
@@ -34,31 +39,36 @@ func closeGoneChild(dir string) {
 	o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil)) // Badger logs each failed flush, once a second
 	s, err := Open(o)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child open:", err)
-		os.Exit(2)
+		fail("open", err)
 	}
 	p, err := s.Partition(PartitionID{TopicNum: 1, Partition: 0})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "child partition:", err)
-		os.Exit(2)
+		fail("partition", err)
 	}
 	if _, err := p.Append(context.Background(), makeBatch(panicTB{}, 0, rec{ts: 1, value: []byte("v")}), syncAppend); err != nil {
-		fmt.Fprintln(os.Stderr, "child append:", err)
-		os.Exit(2)
+		fail("append", err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
-		fmt.Fprintln(os.Stderr, "child remove:", err)
-		os.Exit(2)
+		fail("remove", err)
 	}
 	start := time.Now()
 	err = s.Close()
 	fmt.Printf("close %t %d %v\n", errors.Is(err, ErrCloseTimeout), time.Since(start).Milliseconds(), err)
+	_, rerr := p.Read(nil, 0, 1<<20) // must not block: the shutdown is stuck in Badger's close
+	changed := false
+	select {
+	case <-p.Changed():
+		changed = true
+	default:
+	}
+	fmt.Printf("after %t %t\n", errors.Is(rerr, ErrClosed), changed)
 	os.Exit(0)
 }
 
 // TestCloseGivesUpWhenDirectoryIsGone: Badger retries the flush of its memtable without end when it
 // cannot write the table (here its directory was removed), so a Close without a bound never returns
-// and a stopping node never exits. Close must give up after CloseTimeout with ErrCloseTimeout.
+// and a stopping node never exits. Close must give up after CloseTimeout with ErrCloseTimeout, and the
+// store must then refuse calls with ErrClosed and have woken long-polls (its Changed channels closed).
 func TestCloseGivesUpWhenDirectoryIsGone(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -73,19 +83,28 @@ func TestCloseGivesUpWhenDirectoryIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatalf("child: %v (stdout %q)", err, out)
 	}
-	var timedOut bool
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("child printed %q, want two lines", out)
+	}
+	var timedOut, readClosed, changed bool
 	var ms int64
-	line := strings.TrimSpace(string(out))
-	if _, err := fmt.Sscanf(line, "close %t %d", &timedOut, &ms); err != nil {
-		t.Fatalf("child printed %q: %v", line, err)
+	if _, err := fmt.Sscanf(lines[0], "close %t %d", &timedOut, &ms); err != nil {
+		t.Fatalf("child printed %q: %v", lines[0], err)
 	}
 	if !timedOut {
-		t.Fatalf("Close returned %q, want an error wrapping ErrCloseTimeout", line)
+		t.Fatalf("Close returned %q, want an error wrapping ErrCloseTimeout (does Badger still retry a failed flush without end?)", lines[0])
 	}
 	if ms < closeGoneTimeout.Milliseconds() {
 		t.Fatalf("Close gave up after %d ms, before its CloseTimeout of %s", ms, closeGoneTimeout)
 	}
-	if !strings.Contains(line, dir) {
-		t.Fatalf("Close's error %q does not name the store's directory %s", line, dir)
+	if !strings.Contains(lines[0], dir) {
+		t.Fatalf("Close's error %q does not name the store's directory %s", lines[0], dir)
+	}
+	if _, err := fmt.Sscanf(lines[1], "after %t %t", &readClosed, &changed); err != nil {
+		t.Fatalf("child printed %q: %v", lines[1], err)
+	}
+	if !readClosed || !changed {
+		t.Fatalf("after Close gave up: a read failed with ErrClosed %t, the partition's Changed closed %t; want both", readClosed, changed)
 	}
 }

@@ -30,17 +30,19 @@ var ErrPartitionDeleted = errors.New("partition deleted")
 // Store and Partition methods after Close, and by appends still queued when Close ran.
 var ErrClosed = errors.New("plog: store closed")
 
-// ErrCloseTimeout is returned by Close when Badger has not closed within Options.CloseTimeout. Badger
-// retries a failed memtable flush once a second without end (its flushMemtable), so a store whose
-// directory was removed, or whose disk fails, would otherwise never close, and a node stopping would
-// never exit (seen: 78 minutes, until killed). After it the store is unusable and Badger's goroutines
-// still run: the caller should exit. What was acknowledged is in the value log and the memtable's WAL,
-// which the next Open replays, as after a crash.
-var ErrCloseTimeout = errors.New("plog: Badger did not close in time")
+// ErrCloseTimeout is returned (wrapped) by Close when the store has not closed within
+// Options.CloseTimeout. Badger retries a failed memtable flush once a second without end (its
+// flushMemtable), so a store whose directory was removed, or whose disk fails, would otherwise never
+// close, and a node stopping would never exit. After it Badger's goroutines still run and its
+// directory lock stays held, so the same process cannot open the directory again: the caller should
+// exit (Close says what else holds). What was acknowledged is in the value log and the
+// memtable's WAL, which the next Open replays, as after a crash.
+var ErrCloseTimeout = errors.New("plog: Badger did not close")
 
 // Store holds every partition log of a node in one Badger DB. One writer goroutine group-commits the
 // appends of all partitions; one syncer goroutine fsyncs behind it (Options.Fsync); one goroutine runs
-// value-log GC every Options.GCInterval. Close stops all three. All methods are safe for concurrent use.
+// value-log GC every Options.GCInterval. Close stops all three (unless it gives up: ErrCloseTimeout).
+// All methods are safe for concurrent use.
 type Store struct {
 	opts Options
 	db   *badger.DB
@@ -188,7 +190,11 @@ func (s *Store) DB() *badger.DB { return s.db }
 // stops the goroutines, writes the HW checkpoint of every partition in replicated mode, closes every
 // open partition (their Changed channels close, so long-polls wake up) and closes Badger. Later calls
 // return the first call's result. All of it takes at most Options.CloseTimeout, else Close returns an
-// error wrapping ErrCloseTimeout and leaves the store unusable.
+// error wrapping ErrCloseTimeout and the shutdown stays blocked in Badger, with its goroutines and its
+// directory lock: the process should exit. Where it blocks when the directory is gone or the disk
+// fails, Badger's own close (the memtable's flush), the store is already closed: its methods fail with
+// ErrClosed and the partitions' Changed channels are closed. (Writes do not block there: Badger fails
+// them once it cannot create a memtable, and the store then refuses appends.)
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		done := make(chan error, 1)
@@ -198,7 +204,7 @@ func (s *Store) Close() error {
 		select {
 		case s.closeErr = <-done:
 		case <-t.C:
-			s.closeErr = fmt.Errorf("close partition store in %s: %w after %s (Badger retries a memtable flush that fails without end, and holds writes meanwhile: is the directory gone or the disk failing? Badger's log says why)",
+			s.closeErr = fmt.Errorf("close partition store in %s: %w within %s (Badger retries a memtable flush that fails without end: is the directory gone or the disk failing? Badger's log says why)",
 				s.opts.Dir, ErrCloseTimeout, s.opts.CloseTimeout)
 		}
 	})
