@@ -75,8 +75,8 @@ type Options struct {
 // memtables written as tables), and low enough that a node's whole stop fits in what a supervisor
 // waits before it kills a stopping process (systemd's TimeoutStopSec: 90 s), so the node exits with
 // its own error. The node's other stop bounds are the controller's handover (5 s), the HTTP endpoint's
-// and the gRPC server's graceful stops before the store, and telemetry's flush after it (10 s each):
-// 35 s, 65 s with the store's.
+// and the gRPC server's graceful stops before the store, and telemetry's flush after it (each the
+// node's ShutdownTimeout, 10 s by default): 35 s, 65 s with the store's.
 const DefaultCloseTimeout = 30 * time.Second
 
 // DefaultMinFreeBytes is Options.MinFreeBytes's default.

@@ -34,15 +34,16 @@ var ErrClosed = errors.New("plog: store closed")
 // Options.CloseTimeout. Badger retries a failed memtable flush once a second without end (its
 // flushMemtable), so a store whose directory was removed, or whose disk fails, would otherwise never
 // close, and a node stopping would never exit. After it Badger's goroutines still run and its
-// directory lock stays held, so the same process cannot open the directory again: the caller should
-// exit (Close says what else holds). What was acknowledged is in the value log and the
-// memtable's WAL, which the next Open replays, as after a crash.
+// directory lock stays held, so the same process cannot open that directory again while it exists:
+// the caller should exit (Close says what else holds). What was acknowledged is in the value log and
+// the memtable's WAL, which the next Open replays, as after a crash.
 var ErrCloseTimeout = errors.New("plog: Badger did not close")
 
 // Store holds every partition log of a node in one Badger DB. One writer goroutine group-commits the
 // appends of all partitions; one syncer goroutine fsyncs behind it (Options.Fsync); one goroutine runs
-// value-log GC every Options.GCInterval. Close stops all three (unless it gives up: ErrCloseTimeout).
-// All methods are safe for concurrent use.
+// value-log GC every Options.GCInterval; without fsync a prefetcher and a flusher run as well
+// (prefetch.go, flush.go). Close stops them all, except those stuck in Badger when it gives up
+// (ErrCloseTimeout). All methods are safe for concurrent use.
 type Store struct {
 	opts Options
 	db   *badger.DB
@@ -54,6 +55,9 @@ type Store struct {
 	// a closed Badger (which panics on some paths).
 	lifeMu sync.RWMutex
 	closed bool
+	// abandoned is set when Close gave up (ErrCloseTimeout). acquire checks it before lifeMu, so calls
+	// fail with ErrClosed even when the stuck shutdown never got as far as setting closed.
+	abandoned atomic.Bool
 
 	// dropMu orders our writes against DropPrefix, which makes Badger refuse every write while it runs
 	// (ErrBlockedWrites): the writer, retention and GC hold it for reading around their writes,
@@ -191,10 +195,14 @@ func (s *Store) DB() *badger.DB { return s.db }
 // open partition (their Changed channels close, so long-polls wake up) and closes Badger. Later calls
 // return the first call's result. All of it takes at most Options.CloseTimeout, else Close returns an
 // error wrapping ErrCloseTimeout and the shutdown stays blocked in Badger, with its goroutines and its
-// directory lock: the process should exit. Where it blocks when the directory is gone or the disk
-// fails, Badger's own close (the memtable's flush), the store is already closed: its methods fail with
-// ErrClosed and the partitions' Changed channels are closed. (Writes do not block there: Badger fails
-// them once it cannot create a memtable, and the store then refuses appends.)
+// directory lock: the process should exit. It blocks in one of two places, and either way the store's
+// methods then fail with ErrClosed and the open partitions are retired (their Changed channels close):
+//   - in Badger's own close, which flushes the memtable: so when the directory is gone (Badger fails
+//     writes once it cannot create a memtable, and the store then refuses appends);
+//   - behind a write Badger holds until a memtable is flushed, when tables cannot be written but
+//     memtables can (a disk failing some writes; with fsync on, a failed sync usually fails the
+//     store first): the store's writer never returns, so Close marks the store closed itself and
+//     retires the partitions, unless a call stuck in Badger holds them.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		done := make(chan error, 1)
@@ -204,11 +212,26 @@ func (s *Store) Close() error {
 		select {
 		case s.closeErr = <-done:
 		case <-t.C:
+			s.abandon()
 			s.closeErr = fmt.Errorf("close partition store in %s: %w within %s (Badger retries a memtable flush that fails without end: is the directory gone or the disk failing? Badger's log says why)",
 				s.opts.Dir, ErrCloseTimeout, s.opts.CloseTimeout)
 		}
 	})
 	return s.closeErr
+}
+
+// abandon makes every later call fail with ErrClosed and retires the open partitions, after Close gave
+// up. It takes partsMu only if it is free: the stuck shutdown or an open stuck in Badger may hold it,
+// and waiting for them would block Close in turn.
+func (s *Store) abandon() {
+	s.abandoned.Store(true)
+	if !s.partsMu.TryLock() {
+		return
+	}
+	defer s.partsMu.Unlock()
+	for _, p := range s.parts {
+		p.retire(ErrClosed)
+	}
 }
 
 // shutdown is Close's work, on a goroutine of its own so that Close can give up on it
@@ -253,6 +276,9 @@ func errClosed(what string) error {
 
 // acquire checks the store is open and holds lifeMu for reading; release with s.lifeMu.RUnlock.
 func (s *Store) acquire(what string) error {
+	if s.abandoned.Load() {
+		return errClosed(what)
+	}
 	s.lifeMu.RLock()
 	if s.closed {
 		s.lifeMu.RUnlock()
