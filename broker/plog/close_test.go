@@ -32,8 +32,7 @@ const closeGoneTimeout = 2 * time.Second
 //
 // It prints "close <is ErrCloseTimeout> <milliseconds> <error>", then "after <a read fails with
 // ErrClosed> <the partition's Changed is closed> <opening another partition fails with ErrClosed>",
-// and exits 0; a Close that never returns leaves
-// the parent to kill it.
+// and exits 0; a Close that never returns leaves the parent to kill it.
 func closeGoneChild(spec string) {
 	mode, dir, _ := strings.Cut(spec, ":")
 	fail := func(what string, err error) {

@@ -65,9 +65,9 @@ type Options struct {
 	PageCacheWindow int64
 	// CloseTimeout bounds how long Close waits for the store to close; 0 or less takes
 	// DefaultCloseTimeout (there is no unbounded close: it is what a failed disk would get). A healthy
-	// store closes in about a second: Badger writes the memtables not yet on disk (up to NumMemtables of
-	// MemTableSize each) as tables. One whose directory is gone or whose disk fails never does
-	// (ErrCloseTimeout).
+	// store's close is mostly Badger writing the memtables not yet on disk (up to NumMemtables of
+	// MemTableSize each) as tables: 8 ms for a node stopped after 1,000 records. One whose directory
+	// is gone or whose disk fails never closes (ErrCloseTimeout).
 	CloseTimeout time.Duration
 }
 
