@@ -195,6 +195,7 @@ func runDemoFlights(ctx context.Context, a *app, brokers []string, opts []client
 	var st produceStats
 	var prog *progress
 	if !df.quiet {
+		lp.notice, lp.deliveryTimeout = stderr, client.DefaultProducer().DeliveryTimeout
 		prog = startProgress(stderr, "demo: produce "+df.topic, in, &st.acked, &st.ackedBytes)
 	}
 	start := time.Now()

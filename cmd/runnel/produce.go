@@ -87,7 +87,11 @@ partitioner), so they are read back in the order they were written.
 
 With --file, progress is shown on stderr about once a second. A summary (records, bytes, time, rate)
 ends the run, on stderr, or on stdout as one JSON object with -o json; if any record failed, the first
-error is shown and the exit status is 1.`,
+error is shown and the exit status is 1.
+
+On Ctrl-C (or SIGTERM) it stops reading at once, says on stderr how many records it has read but not
+yet delivered, and waits for their answers up to the delivery timeout (2 minutes); exit status 130.
+A second Ctrl-C ends it without waiting.`,
 		Example: `  echo '{"id":1,"msg":"hi"}' | runnel produce events --key-field id
   runnel produce flights --file ../shared/data/flights-3m.ndjson.zst --key-field origin --compression lz4`,
 		Args: args(1, 1, "one TOPIC"),
@@ -132,7 +136,11 @@ error is shown and the exit status is 1.`,
 			if err != nil {
 				return fmt.Errorf("producer: %w", err)
 			}
-			lp := lineProducer{topic: topic, keyField: keyField, partition: partition, headers: hs}
+			lp := lineProducer{topic: topic, keyField: keyField, partition: partition, headers: hs,
+				deliveryTimeout: client.DefaultProducer().DeliveryTimeout}
+			if !quiet {
+				lp.notice = cmd.ErrOrStderr()
+			}
 			if key != "" {
 				lp.key = []byte(key)
 			}
@@ -183,6 +191,11 @@ type lineProducer struct {
 	headers   []client.Header
 	// onRecord, if set, sees each record (line number n) before it is sent.
 	onRecord func(r *client.Record, n int64)
+	// notice, if set, is told on an interrupt how many records are still being delivered, so that a
+	// user who sees the command keep running knows why and how to end it.
+	notice io.Writer
+	// deliveryTimeout bounds that wait (the producer's WithDeliveryTimeout); it is named in the notice.
+	deliveryTimeout time.Duration
 }
 
 // produceStats counts a produce run; the promise updates it from the SDK's goroutines.
@@ -248,6 +261,11 @@ func (lp *lineProducer) run(ctx context.Context, p *client.Producer, in *input, 
 		mu.Lock()
 		stopped = true
 		mu.Unlock()
+		// Nothing is produced after this point, so the count of records without an answer only falls.
+		if n := st.read.Load() - st.acked.Load() - st.failed.Load(); n > 0 && lp.notice != nil {
+			fmt.Fprintf(lp.notice, "interrupted: stopped reading input; delivering the %s records already read (up to the delivery timeout, %s); interrupt again to quit without waiting\n",
+				comma(n), lp.deliveryTimeout)
+		}
 	}
 	// Records already handed over are delivered even after an interrupt: the SDK's delivery timeout
 	// bounds the wait, and a second Ctrl-C ends the process.
