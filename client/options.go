@@ -359,10 +359,16 @@ func WithAcks(a Acks) ProducerOption {
 // AcksAll), not a linger; a producer below full speed keeps about one request in flight instead of
 // a stream of small ones (at half its maximum, filling every slot made about 3 times the requests,
 // each costing both ends CPU: docs/performance.md); under a heavy load the requests in flight keep
-// the batches large, up to WithBatchBytes. A linger only adds latency then, and helps only to make
-// batches larger when records come slowly and requests are costly (many producers with few records
-// each, or compression that gains from larger batches); with a linger, a batch whose linger has
-// passed goes whenever a slot is free, as in Kafka. With AcksNone no request waits for an answer,
+// the batches large, up to WithBatchBytes, and a linger only adds latency. Under a light load
+// natural batching buys latency with CPU: the requests go one round trip apart, so both ends stay
+// about as busy as near full speed. One producer at 150,000 records/s of 100 bytes against a local
+// node sent 90,000 requests in 10 s, using 0.72 of a core on the node and 0.54 in the client, for a
+// p50 of 0.18 ms and a p99 of 1.0 ms; with a 1 ms linger it sent 7,200-7,600, using 0.12-0.16 and
+// 0.11-0.14 of a core, for 1.5-1.65 and 2.6-3.0 ms (docs/performance.md, "What a request costs
+// below the maximum"). A linger also makes batches larger for compression. A linger under 1 ms acts
+// as about 1 ms while the producer's process is otherwise idle: the Go runtime's network poller then
+// sleeps in whole milliseconds. With a linger, a batch whose linger has passed goes whenever a slot
+// is free, as in Kafka. With AcksNone no request waits for an answer,
 // so nothing is ever in flight and every batch goes at once. Kafka: linger.ms (whose default was 0
 // until Kafka 4.0 made it 5ms).
 func WithLinger(d time.Duration) ProducerOption {
