@@ -89,9 +89,10 @@ With --file, progress is shown on stderr about once a second. A summary (records
 ends the run, on stderr, or on stdout as one JSON object with -o json; if any record failed, the first
 error is shown and the exit status is 1.
 
-On Ctrl-C (or SIGTERM) it stops reading at once, says on stderr how many records it has read but not
-yet delivered, and waits for their answers up to the delivery timeout (2 minutes); exit status 130.
-A second Ctrl-C ends it without waiting.`,
+On Ctrl-C (or SIGTERM) it stops reading at once, says on stderr (unless -q) how many records it has
+read but not yet delivered, and waits for their answers up to the delivery timeout (2 minutes); the
+exit status is then 130, or 1 if a record failed. A second Ctrl-C or SIGTERM ends it without
+waiting, killed by that signal (a shell shows 130 or 143).`,
 		Example: `  echo '{"id":1,"msg":"hi"}' | runnel produce events --key-field id
   runnel produce flights --file ../shared/data/flights-3m.ndjson.zst --key-field origin --compression lz4`,
 		Args: args(1, 1, "one TOPIC"),
@@ -196,6 +197,17 @@ type lineProducer struct {
 	notice io.Writer
 	// deliveryTimeout bounds that wait (the producer's WithDeliveryTimeout); it is named in the notice.
 	deliveryTimeout time.Duration
+	// onInputEnd, if set, runs when the input ended before any interrupt, as the last flush starts.
+	onInputEnd func()
+}
+
+// tellPending writes the notice, if any, of an interrupt that leaves records being delivered. It runs
+// once nothing more is produced, so the count of records without an answer only falls.
+func (lp *lineProducer) tellPending(st *produceStats) {
+	if n := st.read.Load() - st.acked.Load() - st.failed.Load(); n > 0 && lp.notice != nil {
+		fmt.Fprintf(lp.notice, "interrupted: stopped reading input; delivering the %s records already read (up to the delivery timeout, %s); interrupt again to quit without waiting\n",
+			comma(n), lp.deliveryTimeout)
+	}
 }
 
 // produceStats counts a produce run; the promise updates it from the SDK's goroutines.
@@ -235,7 +247,8 @@ func (st *produceStats) promise(r *client.Record, err error) {
 //
 // When ctx ends (Ctrl-C), run stops producing at once, even while a read from a terminal blocks: the
 // reading goroutine is left behind (the process is about to exit), and no record goes out after the
-// stop.
+// stop. It tells lp.notice how many records it is still delivering, also when ctx ends during the
+// last flush of an input that had ended.
 func (lp *lineProducer) run(ctx context.Context, p *client.Producer, in *input, st *produceStats) error {
 	var (
 		sl      slab
@@ -255,21 +268,36 @@ func (lp *lineProducer) run(ctx context.Context, p *client.Producer, in *input, 
 		})
 	}()
 	var err error
+	interrupted := false
 	select {
 	case err = <-done:
 	case <-ctx.Done():
+		interrupted = true
 		mu.Lock()
 		stopped = true
 		mu.Unlock()
-		// Nothing is produced after this point, so the count of records without an answer only falls.
-		if n := st.read.Load() - st.acked.Load() - st.failed.Load(); n > 0 && lp.notice != nil {
-			fmt.Fprintf(lp.notice, "interrupted: stopped reading input; delivering the %s records already read (up to the delivery timeout, %s); interrupt again to quit without waiting\n",
-				comma(n), lp.deliveryTimeout)
-		}
+		lp.tellPending(st)
 	}
 	// Records already handed over are delivered even after an interrupt: the SDK's delivery timeout
-	// bounds the wait, and a second Ctrl-C ends the process.
-	if ferr := p.Flush(context.Background()); ferr != nil && err == nil && st.failed.Load() == 0 {
+	// bounds the wait, and a second Ctrl-C ends the process. An interrupt while the last records of a
+	// finished input are delivered is told the same, since the command then seems to hang as well.
+	flushed := make(chan error, 1)
+	go func() { flushed <- p.Flush(context.Background()) }()
+	var ferr error
+	if interrupted {
+		ferr = <-flushed
+	} else {
+		if lp.onInputEnd != nil {
+			lp.onInputEnd()
+		}
+		select {
+		case ferr = <-flushed:
+		case <-ctx.Done():
+			lp.tellPending(st)
+			ferr = <-flushed
+		}
+	}
+	if ferr != nil && err == nil && st.failed.Load() == 0 {
 		err = fmt.Errorf("flush: %w", ferr)
 	}
 	return err

@@ -5,11 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/runnel-io/runnel/client"
+	"github.com/runnel-io/runnel/platform"
 )
 
 // TestProduceInterruptNamesTheWait checks what an interrupted produce run says and does: it stops
@@ -21,7 +23,7 @@ func TestProduceInterruptNamesTheWait(t *testing.T) {
 	mustCLI(t, "", "topic", "create", "interrupted", "-p", "2", "--brokers="+addr)
 	const n = 3
 	t.Run("pending", func(t *testing.T) {
-		st, notice := interruptProduce(t, addr, 10*time.Minute, n, 0)
+		st, notice := interruptProduce(t, addr, 10*time.Minute, n, 0, nil)
 		want := "interrupted: stopped reading input; delivering the 3 records already read (up to the delivery timeout, 2m0s); interrupt again to quit without waiting\n"
 		if notice != want {
 			t.Fatalf("notice %q, want %q", notice, want)
@@ -34,8 +36,26 @@ func TestProduceInterruptNamesTheWait(t *testing.T) {
 			t.Fatalf("result %v, want the interrupt's exit", err)
 		}
 	})
+	t.Run("flushing", func(t *testing.T) {
+		// The input has ended and its last records cannot be delivered (their node is gone): an
+		// interrupt during that flush is told the same, and the records fail at the delivery timeout.
+		n2, addr2 := startClosableNode(t)
+		mustCLI(t, "", "topic", "create", "interrupted", "-p", "2", "--brokers="+addr2)
+		st, notice := interruptProduce(t, addr2, 10*time.Minute, n, 0, func() {
+			if err := n2.Close(); err != nil {
+				t.Errorf("close node: %v", err)
+			}
+		})
+		want := "interrupted: stopped reading input; delivering the 3 records already read (up to the delivery timeout, 2m0s); interrupt again to quit without waiting\n"
+		if notice != want {
+			t.Fatalf("notice %q, want %q", notice, want)
+		}
+		if a, f := st.acked.Load(), st.failed.Load(); a != 0 || f != n {
+			t.Fatalf("%d acknowledged and %d failed, want 0 and %d", a, f, n)
+		}
+	})
 	t.Run("delivered", func(t *testing.T) {
-		st, notice := interruptProduce(t, addr, 0, n, n)
+		st, notice := interruptProduce(t, addr, 0, n, n, nil)
 		if notice != "" {
 			t.Fatalf("notice %q with every record delivered, want none", notice)
 		}
@@ -47,15 +67,23 @@ func TestProduceInterruptNamesTheWait(t *testing.T) {
 
 // interruptProduce runs a lineProducer on a pipe, writes lines records, waits until all are read and
 // acked of them acknowledged, interrupts the run and returns its counts and notice once it returned.
-func interruptProduce(t *testing.T, addr string, linger time.Duration, lines, acked int64) (*produceStats, string) {
+// With beforeEnd, it then runs beforeEnd, ends the input and interrupts only once the run's last
+// flush has started; the producer's delivery timeout is then 3 s.
+func interruptProduce(t *testing.T, addr string, linger time.Duration, lines, acked int64, beforeEnd func()) (*produceStats, string) {
 	t.Helper()
-	p, err := client.NewProducer([]string{addr}, client.WithLinger(linger), client.WithAcks(client.AcksAll))
+	opts := []client.ProducerOption{client.WithLinger(linger), client.WithAcks(client.AcksAll)}
+	if beforeEnd != nil {
+		opts = append(opts, client.WithDeliveryTimeout(3*time.Second))
+	}
+	p, err := client.NewProducer([]string{addr}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	var notice bytes.Buffer
-	lp := lineProducer{topic: "interrupted", partition: -1, notice: &notice, deliveryTimeout: 2 * time.Minute}
+	inputEnded := make(chan struct{})
+	lp := lineProducer{topic: "interrupted", partition: -1, notice: &notice, deliveryTimeout: 2 * time.Minute,
+		onInputEnd: func() { close(inputEnded) }}
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	in, err := openInput("", pr)
@@ -81,6 +109,15 @@ func interruptProduce(t *testing.T, addr string, linger time.Duration, lines, ac
 	if a := st.acked.Load(); a != acked {
 		t.Fatalf("%d records acknowledged before the interrupt, want %d", a, acked)
 	}
+	if beforeEnd != nil {
+		beforeEnd()
+		pw.Close()
+		select {
+		case <-inputEnded:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the run did not see its input end")
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -91,6 +128,24 @@ func interruptProduce(t *testing.T, addr string, linger time.Duration, lines, ac
 		t.Fatal("run did not return after the interrupt")
 	}
 	return st, notice.String()
+}
+
+// startClosableNode is startNode for a test that closes the node itself; it is closed at the end
+// unless the test did.
+func startClosableNode(t *testing.T) (*platform.Node, string) {
+	t.Helper()
+	cfg := platform.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.RaftAddr, cfg.SerfAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", ""
+	n, err := platform.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Close() })
+	return n, n.GRPCAddr()
 }
 
 // canceledContext is a context that has ended, as the command's is after an interrupt.
