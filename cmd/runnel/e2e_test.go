@@ -23,6 +23,14 @@ import (
 // address. It is closed when the test ends.
 func startNode(t *testing.T) string {
 	t.Helper()
+	_, addr := startNodeHandle(t)
+	return addr
+}
+
+// startNodeHandle is startNode that also returns the node, for a test that closes it itself: Close may
+// be called again, and the close at the end reports the same error.
+func startNodeHandle(t *testing.T) (*platform.Node, string) {
+	t.Helper()
 	cfg := platform.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCAddr = "127.0.0.1:0"
@@ -41,7 +49,7 @@ func startNode(t *testing.T) string {
 			t.Errorf("close node: %v", err)
 		}
 	})
-	return n.GRPCAddr()
+	return n, n.GRPCAddr()
 }
 
 // cliResult is what one CLI invocation printed and returned.

@@ -5,13 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/runnel-io/runnel/client"
-	"github.com/runnel-io/runnel/platform"
 )
 
 // TestProduceInterruptNamesTheWait checks what an interrupted produce run says and does: it stops
@@ -39,14 +37,14 @@ func TestProduceInterruptNamesTheWait(t *testing.T) {
 	t.Run("flushing", func(t *testing.T) {
 		// The input has ended and its last records cannot be delivered (their node is gone): an
 		// interrupt during that flush is told the same, and the records fail at the delivery timeout.
-		n2, addr2 := startClosableNode(t)
+		n2, addr2 := startNodeHandle(t)
 		mustCLI(t, "", "topic", "create", "interrupted", "-p", "2", "--brokers="+addr2)
 		st, notice := interruptProduce(t, addr2, 10*time.Minute, n, 0, func() {
 			if err := n2.Close(); err != nil {
 				t.Errorf("close node: %v", err)
 			}
 		})
-		want := "interrupted: stopped reading input; delivering the 3 records already read (up to the delivery timeout, 2m0s); interrupt again to quit without waiting\n"
+		want := "interrupted: stopped reading input; delivering the 3 records already read (up to the delivery timeout, 8s); interrupt again to quit without waiting\n"
 		if notice != want {
 			t.Fatalf("notice %q, want %q", notice, want)
 		}
@@ -68,13 +66,15 @@ func TestProduceInterruptNamesTheWait(t *testing.T) {
 // interruptProduce runs a lineProducer on a pipe, writes lines records, waits until all are read and
 // acked of them acknowledged, interrupts the run and returns its counts and notice once it returned.
 // With beforeEnd, it then runs beforeEnd, ends the input and interrupts only once the run's last
-// flush has started; the producer's delivery timeout is then 3 s.
+// flush has started; the producer's delivery timeout is then 8 s, which leaves the node's close time
+// before the records expire.
 func interruptProduce(t *testing.T, addr string, linger time.Duration, lines, acked int64, beforeEnd func()) (*produceStats, string) {
 	t.Helper()
-	opts := []client.ProducerOption{client.WithLinger(linger), client.WithAcks(client.AcksAll)}
+	deliveryTimeout := client.DefaultProducer().DeliveryTimeout
 	if beforeEnd != nil {
-		opts = append(opts, client.WithDeliveryTimeout(3*time.Second))
+		deliveryTimeout = 8 * time.Second
 	}
+	opts := []client.ProducerOption{client.WithLinger(linger), client.WithAcks(client.AcksAll), client.WithDeliveryTimeout(deliveryTimeout)}
 	p, err := client.NewProducer([]string{addr}, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func interruptProduce(t *testing.T, addr string, linger time.Duration, lines, ac
 	defer p.Close()
 	var notice bytes.Buffer
 	inputEnded := make(chan struct{})
-	lp := lineProducer{topic: "interrupted", partition: -1, notice: &notice, deliveryTimeout: 2 * time.Minute,
+	lp := lineProducer{topic: "interrupted", partition: -1, notice: &notice, deliveryTimeout: deliveryTimeout,
 		onInputEnd: func() { close(inputEnded) }}
 	pr, pw := io.Pipe()
 	defer pw.Close()
@@ -128,24 +128,6 @@ func interruptProduce(t *testing.T, addr string, linger time.Duration, lines, ac
 		t.Fatal("run did not return after the interrupt")
 	}
 	return st, notice.String()
-}
-
-// startClosableNode is startNode for a test that closes the node itself; it is closed at the end
-// unless the test did.
-func startClosableNode(t *testing.T) (*platform.Node, string) {
-	t.Helper()
-	cfg := platform.DefaultConfig()
-	cfg.DataDir = t.TempDir()
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.RaftAddr, cfg.SerfAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", ""
-	n, err := platform.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Close() })
-	return n, n.GRPCAddr()
 }
 
 // canceledContext is a context that has ended, as the command's is after an interrupt.
